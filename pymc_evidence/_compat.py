@@ -1,0 +1,71 @@
+"""Every difference between the two supported stacks, in one place.
+
+Python 3.11: PyMC 5 / PyTensor 2 / ArviZ 0.x (``InferenceData``).
+Python 3.12+: PyMC 6 / PyTensor 3 / ArviZ 1.x (``xarray.DataTree``).
+"""
+
+from __future__ import annotations
+
+import arviz as az
+import pymc as pm
+import pytensor
+from pytensor.compile.mode import Mode, get_mode
+
+PYMC_MAJOR = int(pm.__version__.split(".")[0])
+PYTENSOR_MAJOR = int(pytensor.__version__.split(".")[0])
+ARVIZ_MAJOR = int(az.__version__.split(".")[0])
+
+BACKENDS = ("c", "numba")
+
+
+def compile_mode(backend: str) -> Mode:
+    """The PyTensor compilation mode for ``backend``.
+
+    PyTensor 3 compiles with Numba by default, PyTensor 2 with C; we always ask explicitly.
+    ``linker="c"`` fails on PyMC graphs (some Ops have no C code), so C means the ``cvm`` linker.
+    """
+    if backend == "c":
+        return Mode(linker="cvm", optimizer="fast_run")
+    if backend == "numba":
+        return get_mode("NUMBA")
+    raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+
+
+def model_types() -> tuple[type, ...]:
+    """Classes a user may pass as a model (PyMC 6 adds ``FrozenModel``)."""
+    frozen = getattr(pm.model, "FrozenModel", None)
+    return (pm.Model,) if frozen is None else (pm.Model, frozen)
+
+
+def arviz_from_groups(groups: dict):
+    """Build the ArviZ object of the installed version from ``{group: xarray.Dataset}``.
+
+    ArviZ 0.x returns ``InferenceData``, ArviZ 1.x an ``xarray.DataTree``.
+    """
+    if ARVIZ_MAJOR >= 1:
+        import xarray as xr
+
+        return xr.DataTree.from_dict(groups)
+    return az.InferenceData(**groups)
+
+
+def arviz_groups(data) -> dict:
+    """The inverse of :func:`arviz_from_groups`: ``{group: xarray.Dataset}``."""
+    if ARVIZ_MAJOR >= 1:
+        return {name: node.to_dataset() for name, node in data.children.items()}
+    return {name: data[name] for name in data.groups()}
+
+
+def to_netcdf(data, path) -> None:
+    if ARVIZ_MAJOR >= 1:
+        data.to_netcdf(path, engine="h5netcdf")
+    else:
+        data.to_netcdf(str(path), engine="h5netcdf")
+
+
+def from_netcdf(path):
+    if ARVIZ_MAJOR >= 1:
+        import xarray as xr
+
+        return xr.open_datatree(path, engine="h5netcdf").load()
+    return az.from_netcdf(str(path), engine="h5netcdf")

@@ -1,0 +1,272 @@
+"""A PyMC model's log density as compiled functions of a batch of unconstrained points.
+
+Everything downstream (kernels, estimators) works on the flat unconstrained vector of the
+model's value variables, K points at a time (a K×d array). The log density is split as
+``pm.sample_smc`` splits it:
+
+* log prior = free variables' logp in unconstrained space, with the transforms' log-Jacobians;
+* log likelihood = observed variables' logp plus every ``pm.Potential``.
+
+so that the prior is exactly what ``pm.draw`` samples from, and the evidence is
+``Z = ∫ exp(log prior + log likelihood) dθ``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import NamedTuple
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+from pymc.logprob.utils import local_check_parameter_to_ninf_switch
+from pymc.pytensorf import compile as compile_pymc
+from pymc.pytensorf import find_rng_nodes, join_nonshared_inputs, reseed_rngs
+from pytensor.graph.replace import vectorize_graph
+from pytensor.graph.rewriting.basic import in2out
+from pytensor.graph.rewriting.utils import rewrite_graph
+
+from pymc_evidence._compat import BACKENDS, compile_mode, model_types
+
+__all__ = ["ModelDensity", "DensityValues", "get_density", "validate_model"]
+
+IMPROPER_PRIORS = ("Flat", "HalfFlat")
+
+
+class DensityValues(NamedTuple):
+    """The density at K points: each field has leading dimension K."""
+
+    log_prior: np.ndarray  # (K,)
+    log_likelihood: np.ndarray  # (K,)
+    grad_log_prior: np.ndarray  # (K, d)
+    grad_log_likelihood: np.ndarray  # (K, d)
+
+
+def _rv_label(rv) -> str:
+    return type(rv.owner.op).__name__.removesuffix("RV")
+
+
+def validate_model(model, *, require_gradient: bool = True) -> None:
+    """Raise a clear error if ``model`` cannot have a proper evidence estimated.
+
+    Cheap structural checks, run before anything is compiled: improper priors, discrete free
+    variables (when gradients are needed) and a missing likelihood.
+    """
+    if not isinstance(model, model_types()):
+        raise TypeError(f"expected a pymc.Model, got {type(model).__name__}")
+    if not model.free_RVs:
+        raise ValueError(
+            f"model {model.name or '(unnamed)'!r} has no free random variables: its evidence is "
+            "just its likelihood; nothing to estimate"
+        )
+    for rv in model.free_RVs:
+        op_name = type(rv.owner.op).__name__
+        if any(op_name.startswith(bad) for bad in IMPROPER_PRIORS) or rv.owner.op.name in (
+            "flat",
+            "half_flat",
+        ):
+            raise ValueError(
+                f"free variable {rv.name!r} has an improper prior ({_rv_label(rv)}): the evidence "
+                "is undefined for improper priors. Give it a proper distribution, e.g. "
+                f"pm.Normal({rv.name!r}, 0, 10) or pm.HalfNormal({rv.name!r}, 10)."
+            )
+        if require_gradient and rv.type.dtype.startswith(("int", "uint", "bool")):
+            raise ValueError(
+                f"free variable {rv.name!r} is discrete ({_rv_label(rv)}, dtype {rv.type.dtype}); "
+                "this estimator needs gradients of continuous parameters. Marginalise it out "
+                "(e.g. pymc_extras.marginalize, or sum over its values in a pm.Potential), or "
+                "use method='bic' which needs no gradients."
+            )
+    if not model.observed_RVs and not model.potentials:
+        raise ValueError(
+            f"model {model.name or '(unnamed)'!r} has no likelihood term (no observed variable "
+            "and no pm.Potential): its evidence is 1. Add observed data with observed=..."
+        )
+
+
+def _batched(outputs, x, X):
+    """Vectorise single-point graphs of the flat vector ``x`` over the rows of ``X``.
+
+    PyMC guards logps with parameter checks that, vectorised naively, reduce over the batch:
+    one invalid point would make every point -inf. Turn them into per-point switches first.
+    """
+    outputs = rewrite_graph(
+        outputs, include=(), custom_rewrite=in2out(local_check_parameter_to_ninf_switch)
+    )
+    return vectorize_graph(outputs, replace={x: X})
+
+
+class ModelDensity:
+    """Compiled log prior, log likelihood and their gradients for batches of points.
+
+    Parameters
+    ----------
+    model : pymc.Model, optional
+        The model; taken from the ``with`` context when omitted.
+    backend : {"c", "numba"}, default "c"
+        PyTensor backend used to compile (``"c"`` is the ``cvm`` linker).
+    require_gradient : bool, default True
+        Reject discrete free variables (gradient-based estimators cannot move them).
+
+    Attributes
+    ----------
+    names, shapes, sizes : list
+        Value variables (unconstrained, e.g. ``sigma_log__``) in flat-vector order.
+    dim : int
+        Length ``d`` of the flat vector.
+    n_cases : int
+        Number of i.i.d. cases: the largest leading dimension of the observed variables
+        (e.g. 200 for 200 robot-arm cases with two outputs each).
+
+    Examples
+    --------
+    >>> import numpy as np, pymc as pm
+    >>> from pymc_evidence.density import ModelDensity
+    >>> with pm.Model() as model:
+    ...     mu = pm.Normal("mu", 0, 1)
+    ...     y = pm.Normal("y", mu, 1, observed=[0.1, -0.3])
+    >>> density = ModelDensity(model)
+    >>> X = density.prior_draws(np.random.default_rng(0), 4)   # (4, 1)
+    >>> values = density(X)                                     # DensityValues
+    >>> values.log_likelihood.shape
+    (4,)
+    """
+
+    def __init__(self, model=None, *, backend: str = "c", require_gradient: bool = True):
+        model = pm.modelcontext(model)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        validate_model(model, require_gradient=require_gradient)
+        self.model = model
+        self.backend = backend
+        self.mode = compile_mode(backend)
+
+        self.value_vars = list(model.value_vars)
+        point = model.initial_point()
+        self.names = [v.name for v in self.value_vars]
+        self.shapes = [np.shape(point[name]) for name in self.names]
+        self.sizes = [int(np.prod(s, dtype=int)) for s in self.shapes]
+        self.dim = int(sum(self.sizes))
+        self.free_names = [rv.name for rv in model.free_RVs]
+        self.n_cases = max((_leading_dim(model, rv) for rv in model.observed_RVs), default=1)
+        self._point = point
+
+        # Draws first: a prior that cannot be sampled is reported before the costly compile.
+        self._compile_prior_draws()
+        self._compile_density()
+        self._constrained_fn = None
+        self._hessian_fn = None
+
+    # ----------------------------------------------------------------- compilation
+    def _compile_prior_draws(self):
+        model = self.model
+        outputs = []
+        for rv in model.free_RVs:
+            transform = model.rvs_to_transforms.get(rv)
+            outputs.append(transform.forward(rv, *rv.owner.inputs) if transform else rv)
+        self._draw_rngs = find_rng_nodes(outputs)
+        self._draw_fn = compile_pymc([], outputs, random_seed=0, mode=self.mode)
+        try:
+            self._draw_fn()
+        except Exception as err:  # find which variable fails, to name it
+            for rv in model.free_RVs:
+                try:
+                    pm.draw(rv, random_seed=0)
+                except Exception:
+                    raise ValueError(
+                        f"cannot draw from the prior of free variable {rv.name!r} "
+                        f"({_rv_label(rv)}): {err}. Evidence estimation starts from exact prior "
+                        "draws; give the distribution a `random` function or use a proper "
+                        "built-in distribution."
+                    ) from err
+            raise
+
+    def _compile_density(self):
+        model = self.model
+        [log_prior, log_lik], x = join_nonshared_inputs(
+            self._point, [model.varlogp, model.datalogp], self.value_vars
+        )
+        X = pt.matrix("X", dtype=x.dtype)
+        batch_prior, batch_lik = _batched([log_prior, log_lik], x, X)
+        grads = pt.grad(batch_prior.sum(), X), pt.grad(batch_lik.sum(), X)
+        self._x, self._X = x, X
+        self._single = (log_prior, log_lik)
+        self._fn = compile_pymc([X], [batch_prior, batch_lik, *grads], mode=self.mode)
+
+    # ----------------------------------------------------------------- evaluation
+    def __call__(self, X: np.ndarray) -> DensityValues:
+        """Log prior, log likelihood and gradients at the rows of ``X`` (K×d)."""
+        X = np.atleast_2d(np.asarray(X, dtype=self._X.dtype))
+        if X.shape[1] != self.dim:
+            raise ValueError(f"points must have {self.dim} columns, got shape {X.shape}")
+        return DensityValues(*self._fn(X))
+
+    def prior_draws(self, rng: np.random.Generator, draws: int) -> np.ndarray:
+        """``draws`` exact joint prior draws in the unconstrained space, shape (draws, d)."""
+        reseed_rngs(self._draw_rngs, rng.integers(2**63))
+        rows = [np.concatenate([np.ravel(v) for v in self._draw_fn()]) for _ in range(draws)]
+        return np.asarray(rows, dtype=self._X.dtype).reshape(draws, self.dim)
+
+    def hessian(self, x: np.ndarray) -> np.ndarray:
+        """Exact Hessian of the log joint (prior + likelihood) at one point ``x`` (d,)."""
+        if self._hessian_fn is None:
+            x_var = self._x
+            log_joint = self._single[0] + self._single[1]
+            self._hessian_fn = compile_pymc(
+                [x_var], pt.hessian(log_joint, x_var), mode=self.mode
+            )
+        return np.asarray(self._hessian_fn(np.asarray(x, dtype=self._x.dtype)))
+
+    # ----------------------------------------------------------------- conversions
+    def split(self, X: np.ndarray) -> dict[str, np.ndarray]:
+        """Flat unconstrained points (K×d) → ``{value var name: (K, *shape)}``."""
+        X = np.atleast_2d(X)
+        out, start = {}, 0
+        for name, shape, size in zip(self.names, self.shapes, self.sizes):
+            out[name] = X[:, start : start + size].reshape((X.shape[0], *shape))
+            start += size
+        return out
+
+    def to_constrained(self, X: np.ndarray) -> dict[str, np.ndarray]:
+        """Flat unconstrained points (K×d) → named constrained draws ``{rv name: (K, *shape)}``.
+
+        Includes the model's deterministics, named as ``pm.sample`` names them.
+        """
+        model = self.model
+        if self._constrained_fn is None:
+            outputs = model.replace_rvs_by_values(model.free_RVs + model.deterministics)
+            joined, x = join_nonshared_inputs(self._point, outputs, self.value_vars)
+            X_var = pt.matrix("X", dtype=x.dtype)
+            batched = vectorize_graph(joined, replace={x: X_var})
+            self._constrained_fn = compile_pymc([X_var], batched, mode=self.mode)
+            self._constrained_names = [v.name for v in model.free_RVs + model.deterministics]
+        values = self._constrained_fn(np.atleast_2d(np.asarray(X, dtype=self._X.dtype)))
+        return dict(zip(self._constrained_names, (np.asarray(v) for v in values)))
+
+
+def _leading_dim(model, rv) -> int:
+    """Number of i.i.d. cases of an observed variable: its leading dimension (1 for scalars)."""
+    data = model.rvs_to_values[rv]
+    value = data.get_value() if hasattr(data, "get_value") else data.data
+    shape = np.shape(value)
+    return int(shape[0]) if shape else 1
+
+
+_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def get_density(model=None, *, backend: str = "c", require_gradient: bool = True) -> ModelDensity:
+    """The compiled density of ``model``, built once and reused by every estimator.
+
+    The cache is keyed on the model object and invalidated when variables are added to it.
+    """
+    model = pm.modelcontext(model)
+    key = (backend, require_gradient, tuple(model.named_vars))
+    try:
+        per_model = _cache.setdefault(model, {})
+    except TypeError:  # models that cannot be weakly referenced are simply not cached
+        return ModelDensity(model, backend=backend, require_gradient=require_gradient)
+    if key not in per_model:
+        per_model.clear()
+        per_model[key] = ModelDensity(model, backend=backend, require_gradient=require_gradient)
+    return per_model[key]
