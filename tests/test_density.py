@@ -1,0 +1,304 @@
+"""The compiled batched density (pymc_evidence.density) against PyMC's own single-point logps.
+
+Every model is compiled once per module (module-scoped fixtures): a cold C compile of a graph
+costs 15-20 s, a warm one (``~/.pytensor`` cache) about a second.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+from pytensor.link.vm import VMLinker
+
+from pymc_evidence._compat import compile_mode
+from pymc_evidence.density import DensityValues, ModelDensity, get_density, validate_model
+
+SEED = 20240611
+N_CASES = 200
+
+
+# --------------------------------------------------------------------------- models
+@pytest.fixture(scope="module")
+def hier_model():
+    """Hierarchical normal model; 200x2 observations, a second observed, a Potential, a Deterministic."""
+    rng = np.random.default_rng(SEED)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 1.0, 2.0)
+        sigma = pm.HalfNormal("sigma", 1.0)
+        theta = pm.Normal("theta", mu, sigma, shape=3)
+        pm.Deterministic("tau", 1.0 / sigma**2)
+        pm.Normal("y", theta[None, :2], 1.0, observed=rng.normal([0.5, 1.5], 1.0, size=(N_CASES, 2)))
+        pm.Normal("z", theta[2], 0.5, observed=rng.normal(1.0, 0.5, size=7))
+        pm.Potential("pull", -0.5 * (theta[2] - mu) ** 2)
+    return model
+
+
+@pytest.fixture(scope="module")
+def hier(hier_model):
+    return get_density(hier_model)
+
+
+@pytest.fixture(scope="module")
+def reference(hier_model):
+    """PyMC's own single-point functions of a point dict: total, prior and likelihood logps."""
+    # PyMC 6 would compile these with Numba: slow and beside the point
+    kwargs = dict(inputs=hier_model.value_vars, on_unused_input="ignore", mode=compile_mode("c"))
+    return {
+        "total": hier_model.compile_logp(mode=compile_mode("c")),
+        "prior": hier_model.compile_fn(hier_model.varlogp, **kwargs),
+        "lik": hier_model.compile_fn(hier_model.datalogp, **kwargs),
+        "observed": hier_model.compile_fn(hier_model.observedlogp, **kwargs),
+    }
+
+
+@pytest.fixture(scope="module")
+def points(hier):
+    """Prior draws spread wider than the prior, so the comparison is not only near the mode."""
+    rng = np.random.default_rng(SEED + 1)
+    X = hier.prior_draws(rng, 8)
+    return X + rng.normal(0.0, 0.5, size=X.shape)
+
+
+@pytest.fixture(scope="module")
+def values(hier, points):
+    return hier(points)
+
+
+@pytest.fixture(scope="module")
+def untransformed():
+    """sigma without its log transform, so a negative sigma is outside the support and an
+    invalid parameter of y's Normal (the case PyMC guards with parameter checks)."""
+    rng = np.random.default_rng(SEED + 2)
+    with pm.Model() as model:
+        pm.Normal("mu", 0.0, 1.0)
+        sigma = pm.HalfNormal("sigma", 1.0, default_transform=None)
+        pm.Normal("y", model["mu"], sigma, observed=rng.normal(0.3, 0.8, size=20))
+    return ModelDensity(model)
+
+
+# --------------------------------------------------------------------------- values
+def _point(density, x):
+    return {name: value[0] for name, value in density.split(x[None, :]).items()}
+
+
+def test_layout(hier, points, values):
+    assert isinstance(hier, ModelDensity)
+    assert hier.names == ["mu", "sigma_log__", "theta"]
+    assert hier.sizes == [1, 1, 3] and hier.dim == 5
+    assert isinstance(values, DensityValues)
+    K = len(points)
+    assert values.log_prior.shape == values.log_likelihood.shape == (K,)
+    assert values.grad_log_prior.shape == values.grad_log_likelihood.shape == (K, hier.dim)
+
+
+def test_matches_pymc_logp(hier, reference, points, values):
+    for k, x in enumerate(points):
+        point = _point(hier, x)
+        prior, lik = float(reference["prior"](point)), float(reference["lik"](point))
+        np.testing.assert_allclose(values.log_prior[k], prior, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(values.log_likelihood[k], lik, rtol=1e-10, atol=1e-10)
+        # the split adds up to model.compile_logp() (free RVs with Jacobian + observed + Potentials)
+        np.testing.assert_allclose(
+            values.log_prior[k] + values.log_likelihood[k],
+            float(reference["total"](point)),
+            rtol=1e-10,
+        )
+
+
+def test_potential_is_on_likelihood_side(hier, reference, points, values):
+    for k, x in enumerate(points):
+        point = _point(hier, x)
+        mu, theta = point["mu"], point["theta"]
+        pull = -0.5 * (theta[2] - mu) ** 2
+        np.testing.assert_allclose(
+            values.log_likelihood[k], float(reference["observed"](point)) + pull, rtol=1e-10
+        )
+
+
+def test_batch_equals_single_points(hier, points, values):
+    for k, x in enumerate(points):
+        alone = hier(x[None, :])
+        for batched, single in zip(values, alone):
+            np.testing.assert_allclose(batched[k], single[0], rtol=1e-12, atol=1e-12)
+    one = hier(points[0])  # a single (d,) vector is taken as a batch of one
+    assert one.log_prior.shape == (1,)
+
+
+def test_gradients_match_finite_differences(hier, points, values):
+    h = 1e-5
+    d = hier.dim
+    X = points[:4]
+    steps = h * np.eye(d)
+    plus = hier((X[:, None, :] + steps).reshape(-1, d))  # all 2·K·d perturbations in two calls
+    minus = hier((X[:, None, :] - steps).reshape(-1, d))
+    for field, grad_field in (
+        ("log_prior", "grad_log_prior"),
+        ("log_likelihood", "grad_log_likelihood"),
+    ):
+        fd = (getattr(plus, field) - getattr(minus, field)).reshape(len(X), d) / (2 * h)
+        exact = getattr(values, grad_field)[: len(X)]
+        scale = np.maximum(1.0, np.abs(getattr(values, field)[: len(X), None]))
+        np.testing.assert_allclose(fd, exact, rtol=1e-6, atol=1e-8 * scale.max())
+
+
+def test_hessian_matches_finite_differences(hier, points):
+    x = points[0]
+    H = hier.hessian(x)
+    assert H.shape == (hier.dim, hier.dim)
+    np.testing.assert_allclose(H, H.T, rtol=1e-10, atol=1e-10)
+    h = 1e-5
+    steps = h * np.eye(hier.dim)
+    plus, minus = hier(x + steps), hier(x - steps)
+    grad = lambda v: v.grad_log_prior + v.grad_log_likelihood  # noqa: E731
+    fd = (grad(plus) - grad(minus)) / (2 * h)
+    np.testing.assert_allclose(fd, H, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("bad", ["nan", "negative sigma"])
+def test_invalid_point_does_not_poison_batch(untransformed, bad):
+    density = untransformed
+    X = np.array([[0.1, 0.7], [0.0, 0.0], [-0.4, 1.3], [0.5, 0.2]])
+    X[1] = [np.nan, 0.7] if bad == "nan" else [0.2, -1.0]
+    values = density(X)
+    assert not np.isfinite(values.log_prior[1] + values.log_likelihood[1])
+    if bad == "negative sigma":
+        assert values.log_prior[1] == -np.inf and values.log_likelihood[1] == -np.inf
+    for k in (0, 2, 3):
+        alone = density(X[k : k + 1])
+        for batched, single in zip(values, alone):
+            assert np.all(np.isfinite(batched[k]))
+            np.testing.assert_array_equal(batched[k], single[0])
+
+
+# --------------------------------------------------------------------------- prior draws
+def test_prior_draw_moments(hier):
+    """mu ~ N(1, 2), sigma ~ HalfNormal(1), theta ~ N(mu, sigma): exact moments within 5 SE."""
+    n = 4000
+    draws = hier.split(hier.prior_draws(np.random.default_rng(SEED + 3), n))
+    assert draws["theta"].shape == (n, 3)
+    euler_gamma = 0.5772156649015329
+    samples = {
+        "mu": (draws["mu"], 1.0, 4.0),
+        # log|Z| for Z ~ N(0, 1): mean -(γ + log 2)/2, variance π²/8
+        "log sigma": (draws["sigma_log__"], -(euler_gamma + np.log(2)) / 2, np.pi**2 / 8),
+        # marginally theta_i has mean E[mu] and variance Var(mu) + E[sigma²] = 4 + 1
+        **{f"theta[{i}]": (draws["theta"][:, i], 1.0, 5.0) for i in range(3)},
+    }
+    for label, (x, mean, var) in samples.items():
+        x = np.ravel(x)
+        dev = x - x.mean()
+        se_mean = np.sqrt(var / n)
+        se_var = np.sqrt((np.mean(dev**4) - np.mean(dev**2) ** 2) / n)
+        assert abs(x.mean() - mean) < 5 * se_mean, (label, x.mean(), mean, se_mean)
+        assert abs(x.var() - var) < 5 * se_var, (label, x.var(), var, se_var)
+    # theta_i and theta_j share mu: covariance Var(mu) = 4
+    cov = np.cov(draws["theta"].T)[0, 1]
+    assert abs(cov - 4.0) < 5 * np.sqrt(5.0 * 5.0 / n), cov
+
+
+def test_prior_draws_reproducible_and_leave_global_rng_alone(hier):
+    state = np.random.get_state()[1].copy()
+    a = hier.prior_draws(np.random.default_rng(7), 5)
+    b = hier.prior_draws(np.random.default_rng(7), 5)
+    c = hier.prior_draws(np.random.default_rng(8), 5)
+    assert a.shape == (5, hier.dim)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    np.testing.assert_array_equal(np.random.get_state()[1], state)
+
+
+# --------------------------------------------------------------------------- conversions
+def test_to_constrained(hier, points):
+    out = hier.to_constrained(points)
+    K = len(points)
+    assert set(out) == {"mu", "sigma", "theta", "tau"}
+    assert out["mu"].shape == (K,) and out["sigma"].shape == (K,) and out["theta"].shape == (K, 3)
+    np.testing.assert_allclose(out["mu"], points[:, 0])
+    np.testing.assert_allclose(out["sigma"], np.exp(points[:, 1]), rtol=1e-12)
+    np.testing.assert_allclose(out["theta"], points[:, 2:])
+    np.testing.assert_allclose(out["tau"], np.exp(-2 * points[:, 1]), rtol=1e-12)
+
+
+def test_n_cases_is_leading_dimension_of_observed(hier):
+    assert hier.n_cases == N_CASES  # y is 200x2 (and z has 7 entries): 200 cases, not 400 scalars
+
+
+# --------------------------------------------------------------------------- backend, cache
+def test_default_backend_is_c(hier):
+    linker = hier._fn.maker.linker
+    assert isinstance(linker, VMLinker)
+    assert linker.c_thunks  # the "cvm" linker: C thunks, also on PyTensor 3 (default Numba)
+    assert hier.backend == "c"
+
+
+def test_numba_mode_available():
+    from pytensor.link.numba.linker import NumbaLinker
+
+    assert isinstance(compile_mode("numba").linker, NumbaLinker)
+
+
+def test_unknown_backend_rejected(hier_model):
+    with pytest.raises(ValueError, match="backend must be one of"):
+        ModelDensity(hier_model, backend="jax")
+
+
+def test_get_density_caches_per_model(hier_model, hier):
+    assert get_density(hier_model) is hier
+    with hier_model:
+        assert get_density() is hier
+
+
+# --------------------------------------------------------------------------- bad models
+def _with_likelihood(make_prior):
+    with pm.Model() as model:
+        a = make_prior()
+        pm.Normal("y", a, 1.0, observed=[0.1, -0.2, 0.3])
+    return model
+
+
+def _no_random_logp(value, mu):
+    return -0.5 * (value - mu) ** 2 - 0.5 * np.log(2 * np.pi)
+
+
+BAD_MODELS = {
+    "flat": (lambda: _with_likelihood(lambda: pm.Flat("w_flat")), r"'w_flat'.*improper prior"),
+    "halfflat": (
+        lambda: _with_likelihood(lambda: pm.HalfFlat("s_halfflat")),
+        r"'s_halfflat'.*improper prior",
+    ),
+    "discrete": (lambda: _with_likelihood(lambda: pm.Poisson("k_count", 3.0)), r"'k_count'.*discrete"),
+    "custom without random": (
+        lambda: _with_likelihood(lambda: pm.CustomDist("c_custom", 0.0, logp=_no_random_logp)),
+        r"cannot draw from the prior of free variable 'c_custom'",
+    ),
+}
+
+
+@pytest.mark.filterwarnings("ignore:Numba will use object mode:UserWarning")
+@pytest.mark.parametrize("kind", list(BAD_MODELS))
+def test_bad_model_raises_naming_variable(kind):
+    make, match = BAD_MODELS[kind]
+    with pytest.raises(ValueError, match=match):
+        ModelDensity(make())
+
+
+def test_no_likelihood_raises():
+    with pm.Model(name="prior_only") as model:
+        pm.Normal("a", 0.0, 1.0)
+    with pytest.raises(ValueError, match=r"'prior_only'.*no likelihood term"):
+        validate_model(model)
+    with pytest.raises(ValueError, match="no likelihood term"):
+        ModelDensity(model)
+
+
+def test_potential_alone_is_a_likelihood():
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, 1.0)
+        pm.Potential("lik", -0.5 * (a - 1.0) ** 2)
+    validate_model(model)  # does not raise
+
+
+def test_not_a_model_raises():
+    with pytest.raises(TypeError, match="expected a pymc.Model"):
+        validate_model("model")
