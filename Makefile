@@ -1,0 +1,44 @@
+# Two commands, each setting itself up from a fresh clone:
+#   make demo    compare two small models with the quickstart example and print the table
+#   make test    run the test suite
+# Both create the virtual environment $(VENV) with $(PYTHON) if missing and (re)install the
+# project into it, editable with its test extras, whenever pyproject.toml changes.
+# Other stack:  make test PYTHON=python3.12 VENV=.venv-312
+# Extra pytest arguments:  make test PYTEST_ARGS="--runslow -x"
+
+PYTHON ?= python3
+VENV ?= .venv
+PYTEST_ARGS ?=
+
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.pymc-evidence-installed
+
+.PHONY: demo test install check-venv clean-venv
+
+demo: install
+	$(BIN)/python examples/quickstart.py
+
+test: install
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+install: $(STAMP)
+
+# A venv made by another interpreter would silently test the wrong stack: refuse it.
+check-venv: $(BIN)/python
+	@want=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	have=$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	if [ "$$want" != "$$have" ]; then \
+		echo "error: $(VENV) runs Python $$have but PYTHON=$(PYTHON) is Python $$want;" \
+		     "choose another VENV=... or remove $(VENV)" >&2; \
+		exit 1; \
+	fi
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | check-venv
+	$(BIN)/python -m pip install --no-input -e ".[test]"
+	@touch $@
+
+clean-venv:
+	rm -rf $(VENV)
