@@ -1,0 +1,572 @@
+"""Laplace's approximation to the evidence at the posterior modes (MacKay 1992; Barber & Bishop
+1997 §4), with multi-start mode finding, symmetry correction and MacKay's evidence framework."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+from scipy.special import logsumexp
+
+from pymc_evidence import _mackay
+from pymc_evidence._optimize import (
+    joint_objective,
+    make_rng,
+    maximize,
+    multistart,
+    newton_decrement,
+    newton_polish,
+    prior_hessian,
+    starting_points,
+)
+from pymc_evidence.density import get_density
+from pymc_evidence.results import EvidenceResult, warn
+from pymc_evidence.symmetry import MLPLayer, align_units, as_layers, mlp_symmetry
+
+__all__ = ["laplace"]
+
+FRAMEWORKS = ("fixed", "mackay")
+LOG_2PI = float(np.log(2 * np.pi))
+#: H counts as positive definite when its smallest eigenvalue exceeds this × its largest.
+PD_RTOL = 1e-12
+
+
+@dataclass
+class _Mode:
+    """One distinct mode and everything the Laplace approximation needs there."""
+
+    x: np.ndarray
+    log_prior: float
+    log_likelihood: float
+    neg_hessian: np.ndarray  # H = −∇∇ log p(θ, D)
+    eigenvalues: np.ndarray
+    grad: np.ndarray
+    starts: list[int]
+    optimizer_success: bool
+    extra: dict = field(default_factory=dict)  # framework-specific columns
+    log_hyper_terms: float = 0.0  # eq. 11's ½ ln(2/γ) terms (MacKay framework)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def log_joint(self) -> float:
+        return self.log_prior + self.log_likelihood
+
+    @property
+    def positive_definite(self) -> bool:
+        lam = self.eigenvalues
+        return bool(lam[0] > PD_RTOL * max(abs(lam[-1]), np.finfo(float).tiny))
+
+    @property
+    def log_det(self) -> float:
+        """``log det H`` (``Σ log |λ_i|`` when H is not positive definite)."""
+        return float(np.sum(np.log(np.abs(self.eigenvalues))))
+
+    @property
+    def decrement(self) -> float:
+        return newton_decrement(self.grad, self.neg_hessian) if self.positive_definite else np.nan
+
+    @property
+    def converged(self) -> bool:
+        """At a stationary point: predicted gain < 1e-6 nats (PD) or max |gradient| < 1e-6."""
+        if self.positive_definite:
+            return self.decrement < 1e-6
+        return bool(np.max(np.abs(self.grad)) < 1e-6)
+
+    def log_evidence(self, log_symmetry: float) -> float:
+        """This mode's Laplace evidence (eq. in :func:`laplace`); NaN unless H is PD."""
+        if not self.positive_definite or not np.isfinite(self.log_hyper_terms):
+            return np.nan
+        d = self.x.size
+        return (self.log_joint + 0.5 * d * LOG_2PI - 0.5 * self.log_det
+                + self.log_hyper_terms + log_symmetry)
+
+
+def laplace(
+    model=None,
+    *,
+    restarts: int = 8,
+    start=None,
+    symmetry: int | None = None,
+    mlp_layers=None,
+    framework: str = "fixed",
+    groups=None,
+    noise: str | None = None,
+    merge_distance: float = 1.0,
+    draws: int = 0,
+    random_seed=None,
+    progressbar: bool = True,
+    backend: str = "c",
+) -> EvidenceResult:
+    r"""Laplace approximation to the log evidence, summed over the posterior's distinct modes.
+
+    At each mode :math:`\theta^*` of the log joint :math:`\log p(\theta, D) = \log p(\theta) +
+    \log p(D \mid \theta)` in the model's unconstrained space (prior with the transforms'
+    log-Jacobians), with :math:`H = -\nabla\nabla \log p(\theta^*, D)`:
+
+    .. math::
+
+        \log Z_m \approx \log p(\theta^*_m, D) + \frac{d}{2}\log 2\pi
+                         - \frac{1}{2}\log\det H_m + \log S,
+        \qquad \log Z = \operatorname{logsumexp}_m \log Z_m
+
+    (MacKay 1992, eq. 1; Ghahramani & Rasmussen, lecture 12; Barber's slides, "Laplace's
+    method"), where :math:`S` is the number of symmetry-equivalent copies of each mode
+    (``symmetry``). Distinct modes are summed as Barber & Bishop (1997, §4) sum the evidences of
+    the solutions found from different initialisations.
+
+    With ``framework="mackay"`` the weight-decay precisions :math:`\alpha_k` of Gaussian weight
+    groups and the noise precision :math:`\beta` are hyperparameters, re-estimated at each mode
+    by Barber & Bishop's eq. 10,
+
+    .. math::
+
+        \alpha_k := \frac{\gamma_k}{\hat w_k^\top \hat w_k}, \qquad
+        \frac{1}{\beta} := \frac{\sum_n \lVert y(x_n; \hat w) - t_n\rVert^2}{N - \gamma},
+        \qquad \gamma_k = W_k - \alpha_k \operatorname{Tr}_k(A^{-1}),
+
+    and the evidence is eq. 11,
+
+    .. math::
+
+        \log Z_m \approx \log p(D \mid \hat\alpha, \hat\beta)
+            + \frac{1}{2}\sum_k \ln\frac{2}{\gamma_k} + \frac{1}{2}\ln\frac{2}{N - \gamma}
+            + \log S,
+
+    with :math:`\log p(D \mid \hat\alpha, \hat\beta)` the Laplace evidence above at the
+    re-estimated precisions, i.e. :math:`-E(\hat w) - \tfrac12 \ln|A| + \tfrac12\sum_k W_k
+    \ln\alpha_k + \tfrac N2 \ln \beta - \tfrac N2 \ln 2\pi`.
+
+    Parameters
+    ----------
+    model : pymc.Model, optional
+        The model; taken from the ``with`` context when omitted. Continuous free variables
+        only (gradients are needed).
+    restarts : int, default 8
+        Number of optimisations started from independent exact prior draws.
+    start : dict or array_like, optional
+        Extra starting point(s), optimised before the prior draws: a dict of unconstrained
+        value-variable values (like ``model.initial_point()``), a flat vector (d,) or a matrix
+        (m, d).
+    symmetry : int, optional
+        Number :math:`S \ge 1` of equivalent copies of every mode; :math:`\log S` is added to
+        each mode's log evidence. Default: the product of :func:`mlp_symmetry` over
+        ``mlp_layers`` when given, else 1.
+    mlp_layers : MLPLayer, dict or list of them, optional
+        Which variables make up the hidden layer(s) of an MLP (see
+        :class:`~pymc_evidence.symmetry.MLPLayer`). Optima that are copies of one another under
+        permutations and sign flips of hidden units are then merged into one mode.
+    framework : {"fixed", "mackay"}, default "fixed"
+        ``"fixed"``: the Laplace approximation of the model exactly as written (hyperparameters
+        that are free variables are integrated over by the Laplace approximation like any other
+        parameter). ``"mackay"``: MacKay's evidence framework, eq. 10–11, described above.
+    groups : dict or list, optional
+        ``framework="mackay"`` only: the weight groups sharing one precision
+        :math:`\alpha_k`, as ``{"group": ["var", ...]}`` or a list of variable names (one group
+        each; the default: every free variable its own group). Every free variable must belong
+        to a group and have a zero-mean Gaussian prior with a constant sigma shared by its
+        group (checked numerically); the model's sigmas give the starting precisions.
+    noise : str, optional
+        ``framework="mackay"`` only: name of the observed ``pm.Normal`` (constant sigma, the
+        model's only likelihood term) whose precision :math:`\beta` is re-estimated. Without it
+        the likelihood is kept as written (e.g. classification) and the
+        :math:`\tfrac12 \ln(2/(N-\gamma))` term is dropped. :math:`N` is the number of scalar
+        observations (cases × outputs).
+    merge_distance : float, default 1.0
+        Two optima (after aligning MLP symmetries) are one mode when their Mahalanobis distance
+        :math:`\sqrt{\delta^\top H \delta}` in the better mode's Hessian is below this.
+    draws : int, default 0
+        If positive, draws from the Laplace mixture (each mode's Gaussian, weighted by its
+        evidence), mapped to the constrained space, are stored as ``result.posterior``.
+    random_seed : int, Generator or None
+        Seeds the prior draws used as starting points (and ``draws``).
+    progressbar : bool, default True
+        Show a progress bar over the optimisations.
+    backend : {"c", "numba"}, default "c"
+        PyTensor backend for the compiled density.
+
+    Returns
+    -------
+    EvidenceResult
+        ``method="laplace"``, ``se=0`` (the approximation's error is not a sampling error).
+        ``diagnostics`` has one row per distinct mode (index ``"mode"``, best first):
+        ``log_evidence`` (the mode's contribution incl. :math:`\log S`; NaN if excluded),
+        ``weight`` (its share of :math:`Z`), ``log_joint``, ``log_prior``, ``log_likelihood``,
+        ``log_det_H``, ``min_eigenvalue``, ``second_eigenvalue``, ``max_eigenvalue`` (of
+        :math:`H`), ``gamma`` (effective number of parameters), ``hits`` (optimisations that
+        ended there), ``first_start``, ``grad_max``, ``newton_decrement``, ``converged``,
+        ``positive_definite``, ``included``; with ``framework="mackay"`` also ``alpha_<group>``,
+        ``gamma_<group>``, ``beta``, ``log_evidence_given_hyper``, ``iterations``,
+        ``hyper_converged``.
+
+    Warns
+    -----
+    EvidenceWarning
+        When a mode's Hessian is not positive definite (a saddle or flat direction: the mode is
+        excluded from the sum, its diagnostics still reported), when no positive-definite mode
+        was found (the log evidence is then NaN), when an optimisation did not converge, and
+        when the hyperparameter re-estimation fails or does not converge.
+
+    Notes
+    -----
+    1. Draw ``restarts`` exact prior draws (after any ``start`` points) as starting points.
+    2. Maximise the unconstrained log joint from each with L-BFGS-B on the compiled gradient,
+       then polish with Newton steps on the exact PyTensor Hessian. (``pm.find_MAP`` maximises
+       without the Jacobian and so finds a different point.) With ``framework="mackay"``,
+       alternate this with the re-estimation (eq. 10) until the precisions change by less
+       than 1e-8 in log.
+    3. Merge optima closer than ``merge_distance`` (after aligning MLP unit permutations and
+       sign flips); count the hits.
+    4. At each mode compute the eigenvalues of :math:`H`. A mode whose :math:`H` has an
+       eigenvalue :math:`\le 10^{-12}\,\lambda_{\max}` (saddle, flat direction) has no Gaussian
+       approximation: it is reported (``log_det_H`` is then :math:`\sum\log|\lambda_i|`,
+       ``min_eigenvalue`` its negative or zero smallest eigenvalue), flagged
+       ``included=False`` and left out of the sum, with a warning.
+    5. Sum the included modes' evidences by log-sum-exp.
+
+    The effective number of parameters is :math:`\gamma = d - \operatorname{tr}(H^{-1}
+    H_{\text{prior}})` with :math:`H_{\text{prior}} = -\nabla\nabla\log p(\theta^*)` (central
+    differences of the compiled prior gradient). For a Gaussian prior of precision
+    :math:`\alpha` this is MacKay's :math:`\gamma = \sum_i \lambda_i / (\lambda_i + \alpha)`
+    (MacKay 1992, eq. 9), :math:`\lambda_i` the eigenvalues of the data term's Hessian: the
+    number of parameters determined by the data rather than by the prior.
+
+    Symmetry: an MLP with :math:`h` tanh hidden units has :math:`S = 2^h h!` copies of each
+    mode (:func:`mlp_symmetry`). Barber & Bishop's eq. 11 prints ":math:`\ln h! + 2\ln h`";
+    we use the count of sign-flip × permutation symmetries, :math:`\ln h! + h\ln 2`. Merging
+    copies (``mlp_layers``) and multiplying by :math:`S` go together: each distinct mode is
+    counted once and stands for its :math:`S` copies.
+
+    Eq. 11 as printed omits :math:`-\tfrac N2 \ln 2\pi` (the same for every model of the same
+    data); it is included here so that the result is comparable with the other estimators.
+    Like eq. 11 it leaves out the hyperpriors' densities (assumed broad; footnote 1 of Barber &
+    Bishop).
+
+    Examples
+    --------
+    >>> import numpy as np, pymc as pm
+    >>> import pymc_evidence as pm_evidence
+    >>> with pm.Model() as model:
+    ...     mu = pm.Normal("mu", 0, 1)
+    ...     y = pm.Normal("y", mu, 1, observed=[0.3, -0.1, 0.5])
+    >>> res = pm_evidence.laplace(model, restarts=2, random_seed=1, progressbar=False)
+    >>> round(res.log_evidence, 4)   # exact here: the posterior is Gaussian
+    -3.8239
+
+    See Also
+    --------
+    pymc_evidence.mlp_symmetry, pymc_evidence.bic
+
+    References
+    ----------
+    MacKay, D. J. C. (1992). Bayesian model comparison and backprop nets. NIPS 4, 839–846.
+    Barber, D. and Bishop, C. M. (1997). Bayesian model comparison by Monte Carlo chaining.
+    NIPS 9, §4, eq. 10–11.
+    Bishop, C. M. (1995). Neural Networks for Pattern Recognition, §10.6, pp. 434–436.
+    """
+    t_start = time.perf_counter()
+    restarts = _check_count("restarts", restarts)
+    draws = _check_count("draws", draws)
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+    if framework == "fixed" and (groups is not None or noise is not None):
+        raise ValueError("groups and noise are options of framework='mackay'")
+    if symmetry is not None:
+        if isinstance(symmetry, bool) or not isinstance(symmetry, numbers.Integral):
+            raise TypeError(f"symmetry must be an int (a count of modes), got {symmetry!r}")
+        if symmetry < 1:
+            raise ValueError(f"symmetry must be >= 1 (a count of equivalent modes), got {symmetry}")
+    if not merge_distance >= 0:
+        raise ValueError(f"merge_distance must be >= 0, got {merge_distance}")
+    if restarts == 0 and start is None:
+        raise ValueError("nothing to optimise: give restarts >= 1 or a start point")
+
+    model = pm.modelcontext(model)
+    rng = make_rng(random_seed)
+    density = get_density(model, backend=backend)
+    layers = as_layers(mlp_layers, density)
+    if symmetry is None:
+        shapes = dict(zip(density.names, density.shapes))
+        symmetry = math.prod(mlp_symmetry(l.hidden_units(shapes), l.activation) for l in layers)
+    log_symmetry = float(np.log(symmetry))
+    t_density = time.perf_counter()
+
+    messages: list[str] = []
+    if framework == "fixed":
+        candidates, n_start = _fixed_modes(density, rng, restarts, start, progressbar)
+    else:
+        candidates, n_start = _mackay_modes(
+            density, rng, restarts, start, groups, noise, progressbar
+        )
+    if n_start > len(candidates):
+        warn(messages, f"{n_start - len(candidates)} of {n_start} starting points had a "
+             "non-finite log density and were skipped")
+    modes = _merge(density, layers, candidates, merge_distance)
+    t_modes = time.perf_counter()
+
+    # ---------------------------------------------------------------- evidence per mode
+    contributions = np.array([m.log_evidence(log_symmetry) for m in modes])
+    included = np.isfinite(contributions)
+    order = np.argsort(np.where(included, -contributions, np.inf), kind="stable")
+    for rank, i in enumerate(order):  # ranks are the diagnostics' row labels
+        m = modes[i]
+        if m.notes:
+            excluded = "" if np.isfinite(contributions[i]) else "; left out of the sum"
+            notes = "; ".join(note.rstrip(".") for note in dict.fromkeys(m.notes))
+            warn(messages, f"mode {rank}: {notes}{excluded}")
+        elif not m.positive_definite:
+            warn(
+                messages,
+                f"mode {rank} (log joint {m.log_joint:.4f}, {len(m.starts)} hit(s)): the "
+                f"Hessian H = -∇∇ log p is not positive definite (smallest eigenvalue "
+                f"{m.eigenvalues[0]:.4g}); the point is a saddle or has a flat direction, so it "
+                "has no Laplace approximation and is left out of the sum. More restarts may "
+                "find the modes around it.",
+            )
+        elif not np.isfinite(contributions[i]):
+            warn(messages, f"mode {rank}: its log evidence is not finite; left out of the sum")
+        elif not m.converged:
+            warn(
+                messages,
+                f"mode {rank}: the optimiser stopped short of the mode (Newton decrement "
+                f"{m.decrement:.3g} nats; {m.extra.get('message', '')}); its evidence is "
+                "approximate",
+            )
+    if included.any():
+        log_evidence = float(logsumexp(contributions[included]))
+        weights = np.where(included, np.exp(contributions - log_evidence), 0.0)
+    else:
+        log_evidence = np.nan
+        weights = np.zeros(len(modes))
+        warn(messages, "no positive-definite mode was found: the Laplace log evidence is NaN. "
+             "Try more restarts or check the model for unidentified directions.")
+
+    diagnostics = _diagnostics(
+        density, modes, contributions, weights, included, order, log_symmetry
+    )
+
+    posterior = None
+    if draws and included.any():
+        posterior = _laplace_draws(density, [modes[i] for i in order if included[i]],
+                                   weights[order][included[order]], draws, rng)
+
+    estimates = {
+        "log_evidence_top_mode": float(contributions[order[0]]) if included.any() else np.nan,
+        "log_symmetry": log_symmetry,
+        "n_modes": float(len(modes)),
+        "n_optimisations": float(n_start),
+    }
+    if framework == "mackay" and included.any():
+        top = modes[order[0]]
+        for key, value in top.extra.items():
+            if key.startswith(("alpha_", "beta", "gamma_")):
+                estimates[key] = float(value)
+    settings = {
+        "restarts": restarts,
+        "start": None if start is None else "given",
+        "symmetry": int(symmetry),
+        "mlp_layers": [vars(layer) for layer in layers],
+        "framework": framework,
+        "groups": None if framework == "fixed" else _groups_setting(groups, modes),
+        "noise": noise,
+        "merge_distance": float(merge_distance),
+        "draws": draws,
+        "backend": backend,
+        "random_seed": random_seed if isinstance(random_seed, (int, type(None))) else "given",
+        "dim": density.dim,
+    }
+    t_end = time.perf_counter()
+    return EvidenceResult(
+        method="laplace",
+        log_evidence=log_evidence,
+        se=0.0,
+        model_name=model.name or "",
+        diagnostics=diagnostics,
+        posterior=posterior,
+        estimates=estimates,
+        settings=settings,
+        timing={
+            "density": t_density - t_start,
+            "modes": t_modes - t_density,
+            "total": t_end - t_start,
+        },
+        warnings=messages,
+    )
+
+
+# --------------------------------------------------------------------------- helpers
+def _check_count(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return int(value)
+
+
+def _fixed_modes(density, rng, restarts, start, progressbar):
+    """Optimise from every start, polish, and analyse each optimum (framework="fixed")."""
+    objective = joint_objective(density)
+    starts = starting_points(density, rng, restarts, start)
+    optima = multistart(objective, starts, progressbar=progressbar, desc="laplace: modes")
+    candidates = []
+    for opt in optima:
+        opt, hess = newton_polish(objective, density.hessian, opt)
+        values = density(opt.x[None, :])
+        candidates.append(
+            _Mode(
+                x=opt.x,
+                log_prior=float(values.log_prior[0]),
+                log_likelihood=float(values.log_likelihood[0]),
+                neg_hessian=-hess,
+                eigenvalues=np.linalg.eigvalsh(-hess),
+                grad=opt.grad,
+                starts=[opt.start],
+                optimizer_success=opt.success,
+                extra={"message": opt.message},
+            )
+        )
+    return candidates, len(starts)
+
+
+def _mackay_modes(density, rng, restarts, start, groups, noise, progressbar):
+    """Fit MacKay's evidence framework from every start (framework="mackay")."""
+    gauss = _mackay.gaussian_groups(density, groups, rng)
+    gauss_noise = _mackay.gaussian_noise(density, noise)
+    starts = starting_points(density, rng, restarts, start)
+    iterator = range(len(starts))
+    if progressbar:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(iterator, desc="laplace (mackay): modes")
+    candidates = []
+    for i in iterator:
+        if not np.isfinite(joint_objective(density)(starts[i])[0]):
+            continue
+        fit = _mackay.fit_mode(density, gauss, gauss_noise, starts[i], start=i)
+        extra = {"message": fit.opt.message}
+        for name, a, g in zip(gauss.names, fit.alpha, fit.gamma_k):
+            extra[f"alpha_{name}"] = float(a)
+            extra[f"gamma_{name}"] = float(g)
+        if gauss_noise is not None:
+            extra["beta"] = float(fit.beta)
+        extra["iterations"] = fit.iterations
+        extra["hyper_converged"] = fit.hyper_converged
+        with np.errstate(invalid="ignore", divide="ignore"):
+            hyper = _mackay.occam_hyper_terms(fit, gauss_noise)
+        mode = _Mode(
+            x=fit.opt.x,
+            log_prior=fit.log_prior,
+            log_likelihood=fit.log_likelihood,
+            neg_hessian=fit.neg_hessian,
+            eigenvalues=np.linalg.eigvalsh(fit.neg_hessian),
+            grad=fit.opt.grad,
+            starts=[i],
+            optimizer_success=fit.opt.success,
+            extra=extra,
+            log_hyper_terms=hyper,
+            notes=list(fit.notes),
+        )
+        candidates.append(mode)
+    return candidates, len(starts)
+
+
+def _merge(density, layers: list[MLPLayer], candidates: list[_Mode], merge_distance: float):
+    """Group optima that are the same mode (up to the layers' symmetries); best first."""
+    ordered = sorted(candidates, key=lambda m: -m.log_joint if np.isfinite(m.log_joint) else np.inf)
+    modes: list[_Mode] = []
+    for cand in ordered:
+        for mode in modes:
+            x = align_units(density, layers, mode.x, cand.x) if layers else cand.x
+            delta = x - mode.x
+            if mode.positive_definite:
+                same = float(delta @ mode.neg_hessian @ delta) <= merge_distance**2
+            else:
+                same = np.linalg.norm(delta) <= 1e-6 * (1 + np.linalg.norm(mode.x))
+            if same:
+                mode.starts.append(cand.starts[0])
+                break
+        else:
+            modes.append(cand)
+    return modes
+
+
+def _gamma(density, mode: _Mode) -> float:
+    """Effective number of parameters ``d − tr(H⁻¹ H_prior)`` (``Σ_k γ_k`` for MacKay's
+    framework, whose prior is the re-estimated one, not the model's)."""
+    if not mode.positive_definite:
+        return np.nan
+    gamma_k = [v for k, v in mode.extra.items() if k.startswith("gamma_")]
+    if gamma_k:
+        return float(np.sum(gamma_k))
+    h_prior = -prior_hessian(density, mode.x)
+    return float(mode.x.size - np.trace(np.linalg.solve(mode.neg_hessian, h_prior)))
+
+
+def _diagnostics(
+    density, modes, contributions, weights, included, order, log_symmetry
+) -> pd.DataFrame:
+    rows = []
+    for i in order:
+        m = modes[i]
+        lam = m.eigenvalues
+        row = {
+            "log_evidence": contributions[i],
+            "weight": weights[i],
+            "log_joint": m.log_joint,
+            "log_prior": m.log_prior,
+            "log_likelihood": m.log_likelihood,
+            "log_det_H": m.log_det,
+            "min_eigenvalue": float(lam[0]),
+            "second_eigenvalue": float(lam[1]) if lam.size > 1 else np.nan,
+            "max_eigenvalue": float(lam[-1]),
+            "gamma": _gamma(density, m),
+            "hits": len(m.starts),
+            "first_start": min(m.starts),
+            "grad_max": float(np.max(np.abs(m.grad))),
+            "newton_decrement": m.decrement,
+            "converged": m.converged,
+            "positive_definite": m.positive_definite,
+            "included": bool(included[i]),
+        }
+        for key, value in m.extra.items():
+            if key == "message" or key.startswith("_"):
+                continue
+            row[key] = value
+        if "beta" in m.extra or any(k.startswith("alpha_") for k in m.extra):
+            row["log_evidence_given_hyper"] = (
+                contributions[i] - m.log_hyper_terms - log_symmetry if included[i] else np.nan
+            )
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame.index.name = "mode"
+    return frame
+
+
+def _groups_setting(groups, modes):
+    if isinstance(groups, dict):
+        return {str(k): [v] if isinstance(v, str) else list(v) for k, v in groups.items()}
+    if groups is not None:
+        return list(groups)
+    return None
+
+
+def _laplace_draws(density, modes, weights, draws, rng):
+    """Draws from the mixture of the modes' Gaussians, constrained space, shape (1, draws, ...)."""
+    weights = weights / weights.sum()
+    which = rng.choice(len(modes), size=draws, p=weights)
+    X = np.empty((draws, density.dim))
+    for k, mode in enumerate(modes):
+        rows = np.flatnonzero(which == k)
+        if rows.size == 0:
+            continue
+        chol = np.linalg.cholesky(mode.neg_hessian)  # H = L Lᵀ; x = θ* + L⁻ᵀ z
+        z = rng.standard_normal((rows.size, density.dim))
+        from scipy.linalg import solve_triangular
+
+        X[rows] = mode.x + solve_triangular(chol.T, z.T, lower=False).T
+    constrained = density.to_constrained(X)
+    return {name: value[None, ...] for name, value in constrained.items()}

@@ -1,0 +1,319 @@
+"""Weight-space symmetries of multilayer perceptrons: counting them and matching modes under them.
+
+A layer of ``h`` hidden units computes ``g(x W + b)`` and feeds it to the next layer through
+``V``. Permuting the hidden units (the columns of ``W``, the entries of ``b``, the rows of ``V``)
+leaves the network's function unchanged: ``h!`` equivalent weight vectors. For an odd
+activation (``tanh``: ``g(-a) = -g(a)``) flipping the signs of one unit's incoming weights,
+bias and outgoing weights is a symmetry too, ``2^h`` more; for an even one (``g(-a) = g(a)``)
+flipping the incoming weights and bias alone is. Every mode of an MLP posterior thus comes with
+``2^h·h!`` (or ``h!``) copies of the same height and shape.
+
+:func:`mlp_symmetry` counts the copies (the Laplace evidence of one mode is multiplied by the
+count); :class:`MLPLayer` names which model variables make up a layer, so that
+:func:`align_units` can bring two modes into register before they are compared, and two
+optimisations that landed on copies of one mode are merged rather than counted twice.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+__all__ = ["MLPLayer", "mlp_symmetry", "align_units", "transform_units", "as_layers"]
+
+#: g(-a) = -g(a): flipping a unit's incoming weights, bias and outgoing weights is a symmetry.
+ODD_ACTIVATIONS = frozenset({"tanh", "sin", "arctan", "atan", "erf", "softsign", "sinh", "asinh"})
+#: g(-a) = g(a): flipping a unit's incoming weights and bias is a symmetry.
+EVEN_ACTIVATIONS = frozenset({"cos", "abs", "gaussian", "square", "cosh"})
+#: No sign symmetry: only the h! permutations.
+OTHER_ACTIVATIONS = frozenset(
+    {
+        "relu",
+        "sigmoid",
+        "logistic",
+        "softplus",
+        "elu",
+        "selu",
+        "gelu",
+        "silu",
+        "swish",
+        "leaky_relu",
+        "exp",
+        "mish",
+    }
+)
+ACTIVATIONS = ODD_ACTIVATIONS | EVEN_ACTIVATIONS | OTHER_ACTIVATIONS
+
+
+def _sign_symmetric(activation: str) -> bool:
+    name = _check_activation(activation)
+    return name in ODD_ACTIVATIONS or name in EVEN_ACTIVATIONS
+
+
+def _check_activation(activation: str) -> str:
+    if not isinstance(activation, str):
+        raise TypeError(f"activation must be a string, got {type(activation).__name__}")
+    name = activation.lower()
+    if name not in ACTIVATIONS:
+        raise ValueError(
+            f"unknown activation {activation!r}; known odd activations (2^h·h! symmetries): "
+            f"{sorted(ODD_ACTIVATIONS)}; even: {sorted(EVEN_ACTIVATIONS)}; others (h! "
+            f"symmetries): {sorted(OTHER_ACTIVATIONS)}. For anything else pass the count of "
+            "equivalent modes directly as laplace(..., symmetry=count)."
+        )
+    return name
+
+
+def mlp_symmetry(hidden_units: int, activation: str = "tanh") -> int:
+    r"""Number of equivalent weight vectors of one hidden layer: :math:`2^h\,h!` or :math:`h!`.
+
+    .. math::
+
+        S(h) = \begin{cases} 2^h\, h! & g \text{ odd or even (e.g. } \tanh\text{)} \\
+                             h!       & \text{otherwise (e.g. ReLU)} \end{cases}
+
+    Every mode of the posterior of an MLP with ``h`` hidden units in a layer has ``S(h)``
+    copies related by permuting the units (``h!``) and, for ``g(-a) = ±g(a)``, flipping the
+    sign of each unit's weights (``2^h``). The Laplace evidence of one mode is multiplied by
+    ``S(h)`` — ``log S(h) = log h! + h log 2`` is added to the log evidence.
+
+    Parameters
+    ----------
+    hidden_units : int
+        ``h``, the number of hidden units in the layer (>= 0).
+    activation : str, default "tanh"
+        The hidden units' activation. Odd: ``"tanh"``, ``"sin"``, ``"arctan"``, ``"erf"``,
+        ``"softsign"``, ...; even: ``"cos"``, ``"abs"``, ``"gaussian"``, ...; without sign
+        symmetry: ``"relu"``, ``"sigmoid"``, ``"softplus"``, ``"elu"``, ``"gelu"``, ...
+
+    Returns
+    -------
+    int
+        The count ``S(h)`` (multiply over layers for a deeper network).
+
+    Raises
+    ------
+    ValueError
+        For a negative ``hidden_units`` or an activation name not in the lists above.
+
+    Notes
+    -----
+    Barber & Bishop (1997, eq. 11) and Bishop (1995, pp. 434–436) print the correction as
+    ``ln h! + 2 ln h``. The number of sign-flip × permutation symmetries is ``2^h·h!``, whose
+    log is ``ln h! + h ln 2``; that is what this function counts (the two agree only at
+    ``h = 2`` and ``h = 4``).
+
+    The logistic sigmoid satisfies ``σ(-a) = 1 - σ(a)``: flipping a unit is a symmetry of the
+    network only together with a shift of the next layer's bias, so it is not counted here.
+    If your sigmoid network has an output bias with a broad prior, ``mlp_symmetry(h, "tanh")``
+    is the better count. A linear ("identity") layer has a continuous symmetry group, not a
+    finite number of modes, and is rejected.
+
+    Examples
+    --------
+    >>> import pymc_evidence as pm_evidence
+    >>> pm_evidence.mlp_symmetry(3)
+    48
+    >>> pm_evidence.mlp_symmetry(3, "relu")
+    6
+
+    References
+    ----------
+    Barber, D. and Bishop, C. M. (1997). Bayesian model comparison by Monte Carlo chaining.
+    NIPS 9, eq. 11. Bishop, C. M. (1995). Neural Networks for Pattern Recognition, §5.1.1
+    and pp. 434–436.
+    """
+    if isinstance(hidden_units, bool) or not isinstance(hidden_units, (int, np.integer)):
+        raise TypeError(f"hidden_units must be an int, got {type(hidden_units).__name__}")
+    if hidden_units < 0:
+        raise ValueError(f"hidden_units must be >= 0, got {hidden_units}")
+    h = int(hidden_units)
+    count = math.factorial(h)
+    return count * 2**h if _sign_symmetric(activation) else count
+
+
+@dataclass(frozen=True)
+class MLPLayer:
+    """Which model variables make up one hidden layer, for matching modes under its symmetries.
+
+    The layer computes ``g(x @ W + b)`` and passes it on through ``V``; each variable must be a
+    free variable without a transform (e.g. ``pm.Normal``), so that its value in the flat
+    unconstrained vector is the weight itself.
+
+    Parameters
+    ----------
+    weights : str
+        Name of the input→hidden weights ``W``; the hidden units run along ``weights_axis``.
+    output : str
+        Name of the hidden→next-layer weights ``V``; the hidden units run along
+        ``output_axis``.
+    bias : str, optional
+        Name of the hidden biases ``b`` (shape ``(h,)``), if the layer has them.
+    activation : str, default "tanh"
+        The hidden units' activation (see :func:`mlp_symmetry`).
+    weights_axis : int, default -1
+        Axis of ``W`` indexing hidden units (``W`` of shape ``(n_in, h)`` as in ``x @ W``).
+    output_axis : int, default 0
+        Axis of ``V`` indexing hidden units (``V`` of shape ``(h, n_out)`` or ``(h,)``).
+
+    Examples
+    --------
+    >>> from pymc_evidence.symmetry import MLPLayer
+    >>> layer = MLPLayer(weights="w_in", bias="b_in", output="w_out")
+    """
+
+    weights: str
+    output: str
+    bias: str | None = None
+    activation: str = "tanh"
+    weights_axis: int = -1
+    output_axis: int = 0
+
+    def __post_init__(self):
+        _check_activation(self.activation)
+
+    @property
+    def sign_flips(self) -> str | None:
+        """Which parts change sign under a unit's flip: ``"all"``, ``"incoming"`` or None."""
+        name = self.activation.lower()
+        if name in ODD_ACTIVATIONS:
+            return "all"
+        if name in EVEN_ACTIVATIONS:
+            return "incoming"
+        return None
+
+    def hidden_units(self, shapes: dict) -> int:
+        """``h`` from the variables' shapes (``{name: shape}``), checking they agree."""
+        h = shapes[self.weights][self.weights_axis]
+        h_out = shapes[self.output][self.output_axis]
+        h_bias = shapes[self.bias][0] if self.bias is not None else h
+        if not h == h_out == h_bias:
+            raise ValueError(
+                f"MLP layer {self!r}: the hidden-unit axes disagree ({self.weights}: {h}, "
+                f"{self.output}: {h_out}" + (f", {self.bias}: {h_bias})" if self.bias else ")")
+            )
+        return int(h)
+
+
+def as_layers(mlp_layers, density) -> list[MLPLayer]:
+    """Normalise ``mlp_layers`` (an :class:`MLPLayer`, a dict of its fields, or a list of
+    either) and check its variables against the model's unconstrained value variables."""
+    if mlp_layers is None:
+        return []
+    if isinstance(mlp_layers, (MLPLayer, dict)):
+        mlp_layers = [mlp_layers]
+    layers = []
+    for layer in mlp_layers:
+        if isinstance(layer, dict):
+            layer = MLPLayer(**layer)
+        if not isinstance(layer, MLPLayer):
+            raise TypeError(
+                f"mlp_layers must be MLPLayer objects or dicts of their fields, got {layer!r}"
+            )
+        shapes = dict(zip(density.names, density.shapes))
+        for name in (layer.weights, layer.output, layer.bias):
+            if name is None:
+                continue
+            if name not in shapes:
+                raise ValueError(
+                    f"MLP layer variable {name!r} is not an untransformed free variable of the "
+                    f"model; the model's unconstrained value variables are {density.names}"
+                )
+        layer.hidden_units(shapes)
+        layers.append(layer)
+    return layers
+
+
+def _unit_matrix(values: dict, layer: MLPLayer) -> tuple[np.ndarray, list[int]]:
+    """One row per hidden unit: its incoming weights, bias and outgoing weights, concatenated.
+
+    Also returns the lengths of the incoming(+bias) and outgoing parts.
+    """
+    w = np.moveaxis(values[layer.weights], layer.weights_axis, 0)
+    v = np.moveaxis(values[layer.output], layer.output_axis, 0)
+    h = w.shape[0]
+    parts = [w.reshape(h, -1)]
+    if layer.bias is not None:
+        parts.append(values[layer.bias].reshape(h, 1))
+    incoming = np.concatenate(parts, axis=1)
+    outgoing = v.reshape(h, -1)
+    return incoming, outgoing
+
+
+def transform_units(
+    density, layer: MLPLayer, x: np.ndarray, permutation, signs=None
+) -> np.ndarray:
+    """Apply a symmetry of ``layer`` to the flat point ``x``: unit ``j`` of the result is unit
+    ``permutation[j]`` of ``x``, sign-flipped where ``signs[j] == -1``.
+
+    The result has the same log density as ``x`` (the network computes the same function).
+    Flipping needs an odd or even activation.
+    """
+    values = {k: v[0].copy() for k, v in density.split(np.asarray(x, float)[None, :]).items()}
+    h = layer.hidden_units({k: v.shape for k, v in values.items()})
+    permutation = np.asarray(permutation, dtype=int)
+    if sorted(permutation.tolist()) != list(range(h)):
+        raise ValueError(f"permutation must be a permutation of range({h}), got {permutation}")
+    signs = np.ones(h) if signs is None else np.asarray(signs, dtype=float)
+    if signs.shape != (h,) or not np.all(np.isin(signs, (-1.0, 1.0))):
+        raise ValueError(f"signs must be {h} values of +1 or -1, got {signs}")
+    if np.any(signs < 0) and layer.sign_flips is None:
+        raise ValueError(f"activation {layer.activation!r} has no sign-flip symmetry")
+
+    def apply(name, axis, flip):
+        arr = np.moveaxis(values[name], axis, 0)[permutation]
+        if flip:
+            arr = arr * signs.reshape((h,) + (1,) * (arr.ndim - 1))
+        values[name] = np.moveaxis(arr, 0, axis)
+
+    apply(layer.weights, layer.weights_axis, True)
+    if layer.bias is not None:
+        apply(layer.bias, 0, True)
+    apply(layer.output, layer.output_axis, layer.sign_flips == "all")
+    return np.concatenate([values[name].ravel() for name in density.names])
+
+
+def align_units(density, layers: list[MLPLayer], reference: np.ndarray, x: np.ndarray):
+    """The copy of ``x`` under the layers' symmetries that lies closest to ``reference``.
+
+    For each layer (in order), hidden units of ``x`` are matched to those of ``reference`` by
+    an optimal assignment (Hungarian algorithm) on the squared distance between units, each
+    unit's sign chosen to minimise that distance when the activation allows flips. This is
+    exact for one hidden layer; for several layers it aligns them one after another (a greedy
+    approximation, since permuting one layer reorders the next layer's incoming weights).
+    """
+    x = np.asarray(x, float)
+    ref_values = {k: v[0] for k, v in density.split(np.asarray(reference, float)[None]).items()}
+    for layer in layers:
+        values = {k: v[0] for k, v in density.split(x[None]).items()}
+        ref_in, ref_out = _unit_matrix(ref_values, layer)
+        x_in, x_out = _unit_matrix(values, layer)
+        ref_units = np.concatenate([ref_in, ref_out], axis=1)
+        same = np.concatenate([x_in, x_out], axis=1)
+        cost = _sq_dist(ref_units, same)
+        flip_cost = None
+        if layer.sign_flips is not None:
+            out_sign = -1.0 if layer.sign_flips == "all" else 1.0
+            flipped = np.concatenate([-x_in, out_sign * x_out], axis=1)
+            flip_cost = _sq_dist(ref_units, flipped)
+            cost = np.minimum(cost, flip_cost)
+        rows, cols = linear_sum_assignment(cost)
+        permutation = cols[np.argsort(rows)]
+        signs = np.ones(len(permutation))
+        if flip_cost is not None:
+            plain = _sq_dist(ref_units, same)
+            signs = np.where(
+                flip_cost[np.arange(len(permutation)), permutation]
+                < plain[np.arange(len(permutation)), permutation],
+                -1.0,
+                1.0,
+            )
+        x = transform_units(density, layer, x, permutation, signs)
+    return x
+
+
+def _sq_dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return ((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=-1)

@@ -1,0 +1,346 @@
+"""Laplace evidence: exact on Gaussian-linear models, symmetry, modes, MacKay's framework."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy.optimize import minimize
+from scipy.stats import multivariate_normal, norm
+
+import pymc_evidence as pm_evidence
+from pymc_evidence import _optimize
+from pymc_evidence.density import get_density
+from pymc_evidence.results import EvidenceWarning
+from pymc_evidence.symmetry import MLPLayer, align_units, transform_units
+
+# ------------------------------------------------------------------------- models
+N_OBS, N_SLOPES, NOISE_SD = 25, 3, 0.7
+PRIOR_SD = np.array([3.0, 2.0, 2.0, 2.0])  # intercept, slopes
+
+
+@pytest.fixture(scope="module")
+def linear():
+    """Bayesian linear regression with known noise: every quantity has a closed form."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N_OBS, N_SLOPES))
+    y = 2.0 + X @ np.array([1.0, -0.5, 0.3]) + NOISE_SD * rng.normal(size=N_OBS)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, PRIOR_SD[0])
+        b = pm.Normal("b", 0.0, PRIOR_SD[1], shape=N_SLOPES)
+        pm.Normal("y", a + pm.math.dot(X, b), NOISE_SD, observed=y)
+    design = np.column_stack([np.ones(N_OBS), X])
+    return model, design, y
+
+
+def log_evidence_linear(design, y, prior_precision, noise_precision):
+    """log N(y | 0, I/β + Φ Λ⁻¹ Φᵀ)."""
+    cov = np.eye(len(y)) / noise_precision + design @ np.diag(1 / prior_precision) @ design.T
+    return multivariate_normal(np.zeros(len(y)), cov).logpdf(y)
+
+
+@pytest.fixture(scope="module")
+def linear_result(linear):
+    model, _, _ = linear
+    return pm_evidence.laplace(model, restarts=3, random_seed=11, progressbar=False)
+
+
+MLP_N, MLP_H = 30, 3
+LAYER = MLPLayer(weights="w_in", bias="b_in", output="w_out")
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    """A small tanh MLP (1 input, 3 hidden units) with fixed Gaussian priors and noise."""
+    rng = np.random.default_rng(3)
+    x = np.linspace(-2, 2, MLP_N)[:, None]
+    y = np.sin(1.5 * x[:, 0]) + 0.3 + 0.1 * rng.normal(size=MLP_N)
+    with pm.Model() as model:
+        w_in = pm.Normal("w_in", 0, 2.0, shape=(1, MLP_H))
+        b_in = pm.Normal("b_in", 0, 2.0, shape=MLP_H)
+        w_out = pm.Normal("w_out", 0, 1.0, shape=MLP_H)
+        b_out = pm.Normal("b_out", 0, 1.0)
+        f = pm.math.tanh(x @ w_in + b_in) @ w_out + b_out
+        pm.Normal("y", f, 0.1, observed=y)
+    return model
+
+
+@pytest.fixture(scope="module")
+def mlp_mode(mlp):
+    """One mode of the MLP posterior and a copy of it under a permutation with sign flips."""
+    density = get_density(mlp)
+    objective = _optimize.joint_objective(density)
+    start = density.prior_draws(np.random.default_rng(5), 1)[0]
+    opt = _optimize.maximize(objective, start)
+    copy = transform_units(density, LAYER, opt.x, permutation=[2, 0, 1], signs=[-1, 1, -1])
+    return density, opt.x, copy
+
+
+V, SD = 0.1, 3.0  # width of the potential's bumps; prior sd
+
+
+@pytest.fixture(scope="module")
+def bimodal():
+    """Gaussian prior times a two-bump Potential in x[0]: modes at about ±2, a saddle at 0.
+
+    Each bump times the Gaussian prior is Gaussian, so the two-mode Laplace sum is exact
+    (the bumps overlap by e^-80) and log Z = log[2·√(2πv)·N(2 | 0, s²+v)·√(2π)·N(0 | 0, s²+1)].
+    """
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, SD, shape=2)
+        bumps = pm.math.stack([-((x[0] - 2) ** 2) / (2 * V), -((x[0] + 2) ** 2) / (2 * V)])
+        pm.Potential("bumps", pm.math.logsumexp(bumps) - 0.5 * x[1] ** 2)
+    log_z = (
+        np.log(2 * np.sqrt(2 * np.pi * V)) + norm.logpdf(2, 0, np.sqrt(SD**2 + V))
+        + 0.5 * np.log(2 * np.pi) + norm.logpdf(0, 0, np.sqrt(SD**2 + 1))
+    )
+    return model, float(log_z)
+
+
+# ------------------------------------------------------------------------- Laplace exactness
+def test_exact_on_gaussian_linear_model(linear, linear_result):
+    model, design, y = linear
+    exact = log_evidence_linear(design, y, PRIOR_SD**-2, NOISE_SD**-2)
+    res = linear_result
+    assert res.method == "laplace" and res.se == 0.0
+    assert abs(res.log_evidence - exact) < 1e-6
+    assert res.warnings == []
+
+    diag = res.diagnostics
+    assert diag.index.name == "mode"
+    assert len(diag) == 1  # all three restarts merged into the one mode
+    row = diag.iloc[0]
+    assert row.hits == 3 and bool(row.converged) and bool(row.positive_definite)
+    assert row.weight == pytest.approx(1.0)
+    H = np.diag(PRIOR_SD**-2) + design.T @ design / NOISE_SD**2
+    lam = np.linalg.eigvalsh(H)
+    assert row.log_det_H == pytest.approx(np.linalg.slogdet(H)[1], abs=1e-9)
+    assert row.min_eigenvalue == pytest.approx(lam[0], rel=1e-9)
+    assert row.second_eigenvalue == pytest.approx(lam[1], rel=1e-9)
+    assert row.max_eigenvalue == pytest.approx(lam[-1], rel=1e-9)
+    # γ = d − tr(H⁻¹ Λ_prior) = Σ λ_i/(λ_i + α) for a Gaussian prior
+    gamma = 4 - np.trace(np.linalg.solve(H, np.diag(PRIOR_SD**-2)))
+    assert row.gamma == pytest.approx(gamma, abs=1e-6)
+    assert 3.5 < gamma < 4
+    # the MAP is the posterior mean
+    mean = np.linalg.solve(H, design.T @ y / NOISE_SD**2)
+    assert row.log_joint == pytest.approx(
+        norm.logpdf(mean, 0, PRIOR_SD).sum() + norm.logpdf(y, design @ mean, NOISE_SD).sum(),
+        abs=1e-9,
+    )
+
+
+def test_symmetry_adds_its_log_exactly(linear, linear_result):
+    model, _, _ = linear
+    res6 = pm_evidence.laplace(model, restarts=3, symmetry=6, random_seed=11, progressbar=False)
+    assert res6.log_evidence - linear_result.log_evidence == pytest.approx(np.log(6), abs=1e-12)
+    assert res6.settings["symmetry"] == 6
+    assert res6.estimates["log_symmetry"] == pytest.approx(np.log(6))
+
+
+def test_same_seed_same_answer_and_draws(linear, linear_result):
+    model, design, y = linear
+    res = pm_evidence.laplace(model, restarts=3, random_seed=11, progressbar=False, draws=4000)
+    assert res.log_evidence == linear_result.log_evidence
+    H = np.diag(PRIOR_SD**-2) + design.T @ design / NOISE_SD**2
+    mean = np.linalg.solve(H, design.T @ y / NOISE_SD**2)
+    cov = np.linalg.inv(H)
+    assert res.posterior["b"].shape == (1, 4000, N_SLOPES)
+    # draws from N(mean, H⁻¹): means within 4 MC standard errors
+    se = np.sqrt(np.diag(cov) / 4000)
+    assert np.all(np.abs(res.posterior["a"].mean() - mean[0]) < 4 * se[0])
+    assert np.all(np.abs(res.posterior["b"].mean(axis=(0, 1)) - mean[1:]) < 4 * se[1:])
+
+
+# ------------------------------------------------------------------------- symmetry counts
+def test_mlp_symmetry_counts():
+    assert pm_evidence.mlp_symmetry(3) == 48
+    assert pm_evidence.mlp_symmetry(3, "relu") == 6
+    assert pm_evidence.mlp_symmetry(3, "sigmoid") == 6
+    assert pm_evidence.mlp_symmetry(4, "tanh") == 384
+    assert pm_evidence.mlp_symmetry(0) == 1
+    with pytest.raises(ValueError, match="unknown activation 'swishy'"):
+        pm_evidence.mlp_symmetry(3, "swishy")
+    with pytest.raises(ValueError, match="hidden_units must be >= 0"):
+        pm_evidence.mlp_symmetry(-1)
+    with pytest.raises(TypeError, match="hidden_units must be an int"):
+        pm_evidence.mlp_symmetry(2.0)
+
+
+# ------------------------------------------------------------------------- MLP modes
+def test_symmetric_copy_has_the_same_density(mlp_mode):
+    density, x, copy = mlp_mode
+    assert not np.allclose(x, copy)
+    values = density(np.stack([x, copy]))
+    joint = values.log_prior + values.log_likelihood
+    assert joint[1] == pytest.approx(joint[0], abs=1e-9)
+    # the Hessians are similar under a signed permutation: the same eigenvalues
+    np.testing.assert_allclose(
+        np.linalg.eigvalsh(density.hessian(copy)), np.linalg.eigvalsh(density.hessian(x)),
+        rtol=1e-8, atol=1e-8,
+    )
+    np.testing.assert_allclose(align_units(density, [LAYER], x, copy), x, atol=1e-12)
+
+
+def test_symmetric_copies_are_merged(mlp, mlp_mode):
+    density, x, copy = mlp_mode
+    starts = np.stack([x, copy])
+    merged = pm_evidence.laplace(
+        mlp, restarts=0, start=starts, mlp_layers=LAYER, progressbar=False
+    )
+    assert len(merged.diagnostics) == 1
+    row = merged.diagnostics.iloc[0]
+    assert row.hits == 2 and bool(row.positive_definite) and bool(row.converged)
+    assert merged.settings["symmetry"] == 48  # mlp_layers implies 2^3·3!
+    # the same mode counted twice when the symmetry is not declared: log 2 too much
+    unmerged = pm_evidence.laplace(mlp, restarts=0, start=starts, symmetry=48, progressbar=False)
+    assert len(unmerged.diagnostics) == 2
+    assert unmerged.diagnostics.hits.tolist() == [1, 1]
+    assert unmerged.log_evidence - merged.log_evidence == pytest.approx(np.log(2), abs=1e-6)
+    # mode evidence = log joint + d/2 log 2π − ½ log det H + log 48
+    d = density.dim
+    expected = row.log_joint + 0.5 * d * np.log(2 * np.pi) - 0.5 * row.log_det_H + np.log(48)
+    assert merged.log_evidence == pytest.approx(expected, abs=1e-9)
+    assert 0 < row.gamma < d
+
+
+def test_mlp_layers_dict_form_and_bad_names(mlp, mlp_mode):
+    density, x, copy = mlp_mode
+    res = pm_evidence.laplace(
+        mlp,
+        restarts=0,
+        start=np.stack([copy, x]),
+        mlp_layers={"weights": "w_in", "bias": "b_in", "output": "w_out"},
+        symmetry=1,
+        progressbar=False,
+    )
+    assert res.diagnostics.hits.tolist() == [2]
+    assert res.settings["symmetry"] == 1  # an explicit symmetry wins
+    with pytest.raises(ValueError, match="'w_hidden' is not an untransformed free variable"):
+        pm_evidence.laplace(mlp, restarts=1, mlp_layers=MLPLayer("w_hidden", "w_out"))
+
+
+# ------------------------------------------------------------------------- modes and saddles
+def test_two_modes_summed_exactly(bimodal):
+    model, exact = bimodal
+    res = pm_evidence.laplace(model, restarts=6, random_seed=2, progressbar=False)
+    diag = res.diagnostics
+    assert len(diag) == 2 and diag.hits.sum() == 6
+    assert diag.weight.to_numpy() == pytest.approx([0.5, 0.5], abs=1e-9)
+    assert abs(res.log_evidence - exact) < 1e-6  # PyMC float32-rounds log √(2π)
+    assert res.estimates["log_evidence_top_mode"] == pytest.approx(exact - np.log(2), abs=1e-6)
+
+
+def test_saddle_warns_and_reports_finite_diagnostics(bimodal):
+    model, exact = bimodal
+    with pytest.warns(EvidenceWarning) as record:
+        res = pm_evidence.laplace(model, restarts=0, start={"x": [0.0, 0.0]}, progressbar=False)
+    messages = [str(w.message) for w in record]
+    assert any("not positive definite (smallest eigenvalue -389.9)" in m for m in messages)
+    assert any("no positive-definite mode" in m for m in messages)
+    assert res.warnings == messages
+    row = res.diagnostics.iloc[0]
+    # H = -∇∇ log p at 0: 1/s² − (4/v² − 1/v) along x[0], 1/s² + 1 along x[1]
+    assert row.min_eigenvalue == pytest.approx(1 / SD**2 - (4 / V**2 - 1 / V), rel=1e-9)
+    assert row.max_eigenvalue == pytest.approx(1 / SD**2 + 1, rel=1e-9)
+    assert np.isfinite(row.log_det_H) and np.isfinite(row.log_joint)
+    assert not row.positive_definite and not row.included
+    assert np.isnan(row.log_evidence) and np.isnan(res.log_evidence)
+    # with restarts the two real modes are found; the saddle is reported and left out
+    with pytest.warns(EvidenceWarning, match="not positive definite"):
+        res = pm_evidence.laplace(
+            model, restarts=6, start={"x": [0.0, 0.0]}, random_seed=2, progressbar=False
+        )
+    assert res.diagnostics.included.tolist() == [True, True, False]
+    assert abs(res.log_evidence - exact) < 1e-6  # PyMC float32-rounds log √(2π)
+
+
+# ------------------------------------------------------------------------- MacKay framework
+def test_mackay_framework_on_linear_model(linear):
+    model, design, y = linear
+    res = pm_evidence.laplace(
+        model,
+        framework="mackay",
+        groups={"intercept": "a", "slopes": ["b"]},
+        noise="y",
+        restarts=2,
+        random_seed=0,
+        progressbar=False,
+    )
+    assert res.warnings == []
+    row = res.diagnostics.iloc[0]
+    assert len(res.diagnostics) == 1 and bool(row.hyper_converged)
+    alpha = np.array([row.alpha_intercept, row.alpha_slopes])
+    beta = row.beta
+
+    def log_ev(log_hyper):
+        a0, a1, b = np.exp(log_hyper)
+        return log_evidence_linear(design, y, np.array([a0, a1, a1, a1]), b)
+
+    # For a linear model eq. 10's fixed point is the exact maximum of p(D | α, β)
+    best = minimize(lambda z: -log_ev(z), np.zeros(3), method="BFGS", options={"gtol": 1e-10})
+    np.testing.assert_allclose([*alpha, beta], np.exp(best.x), rtol=1e-5)
+    at_fit = log_ev(np.log([*alpha, beta]))
+    assert row.log_evidence_given_hyper == pytest.approx(at_fit, abs=1e-8)
+    # γ_k = W_k − α_k Tr_k(A⁻¹); eq. 11 adds ½ Σ ln(2/γ_k) + ½ ln(2/(N − γ))
+    A = np.diag([alpha[0], *[alpha[1]] * 3]) + beta * design.T @ design
+    inv_diag = np.diag(np.linalg.inv(A))
+    gamma = np.array([1 - alpha[0] * inv_diag[0], 3 - alpha[1] * inv_diag[1:].sum()])
+    np.testing.assert_allclose([row.gamma_intercept, row.gamma_slopes], gamma, rtol=1e-8)
+    assert row.gamma == pytest.approx(gamma.sum(), rel=1e-8)
+    hyper = 0.5 * np.log(2 / gamma).sum() + 0.5 * np.log(2 / (N_OBS - gamma.sum()))
+    assert res.log_evidence == pytest.approx(at_fit + hyper, abs=1e-8)
+    assert res.estimates["beta"] == pytest.approx(beta)
+    # eq. 10: α_k = γ_k/‖ŵ_k‖² and 1/β = Σ residual² / (N − γ) at the mode
+    mean = np.linalg.solve(A, beta * design.T @ y)
+    assert alpha[1] == pytest.approx(gamma[1] / (mean[1:] @ mean[1:]), rel=1e-6)
+    residual = y - design @ mean
+    assert 1 / beta == pytest.approx(residual @ residual / (N_OBS - gamma.sum()), rel=1e-6)
+
+
+def test_mackay_framework_validates_its_model(linear, mlp):
+    model, _, _ = linear
+    with pytest.raises(ValueError, match=r"\['a'\] are in none"):
+        pm_evidence.laplace(model, framework="mackay", groups={"b": "b"}, progressbar=False)
+    with pytest.raises(ValueError, match="noise='a' is not an observed variable"):
+        pm_evidence.laplace(model, framework="mackay", noise="a", progressbar=False)
+    with pytest.raises(ValueError, match="not a zero-mean Gaussian of one fixed precision"):
+        pm_evidence.laplace(
+            mlp,
+            framework="mackay",
+            groups={"mixed": ["w_in", "w_out"], "biases": ["b_in", "b_out"]},
+            restarts=1,
+            progressbar=False,
+        )
+    with pytest.raises(ValueError, match="groups and noise are options of framework='mackay'"):
+        pm_evidence.laplace(model, noise="y")
+
+
+# ------------------------------------------------------------------------- bad input
+def test_bad_input_errors(linear):
+    model, _, _ = linear
+    with pytest.raises(ValueError, match=r"symmetry must be >= 1 .* got 0"):
+        pm_evidence.laplace(model, symmetry=0)
+    with pytest.raises(TypeError, match="symmetry must be an int"):
+        pm_evidence.laplace(model, symmetry=2.5)
+    with pytest.raises(ValueError, match=r"framework must be one of \('fixed', 'mackay'\)"):
+        pm_evidence.laplace(model, framework="evidence")
+    with pytest.raises(ValueError, match="restarts must be >= 0"):
+        pm_evidence.laplace(model, restarts=-1)
+    with pytest.raises(ValueError, match="nothing to optimise"):
+        pm_evidence.laplace(model, restarts=0)
+    with pytest.raises(ValueError, match="start must be a dict of value variables"):
+        pm_evidence.laplace(model, restarts=0, start=np.zeros(3), progressbar=False)
+    with pytest.raises(ValueError, match=r"start is missing value variables \['b'\]"):
+        pm_evidence.laplace(model, restarts=0, start={"a": 0.0}, progressbar=False)
+
+
+def test_model_from_context(linear, linear_result):
+    model, _, _ = linear
+    with model:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", EvidenceWarning)
+            res = pm_evidence.laplace(restarts=3, random_seed=11, progressbar=False)
+    assert res.log_evidence == linear_result.log_evidence
