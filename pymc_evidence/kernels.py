@@ -1,0 +1,260 @@
+"""Vectorised Hamiltonian Monte Carlo over a population of chains at a temperature λ.
+
+The target of every chain is the tempered posterior
+
+.. math:: \\log \\pi_\\lambda(\\theta) = \\log p(\\theta) + \\lambda \\log L(\\theta)
+
+(Barber & Bishop 1997, eq. 9 with E = −log π). One leapfrog step of all K chains is one call of
+the batched density, so there is no Python loop over chains. The kernel is pure: a state goes
+in, a new state and per-chain information come out (BlackJAX's ``init``/``step`` shape).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from scipy.linalg import cho_factor, solve_triangular
+
+from pymc_evidence.density import DensityValues
+
+__all__ = ["HMCState", "HMCInfo", "Metric", "MutationStats", "init", "hmc_step", "mutate", "tempered", "adapt_step_size"]
+
+#: An energy error beyond this (nats) marks a trajectory as divergent.
+DIVERGENCE_THRESHOLD = 1000.0
+
+
+class HMCState(NamedTuple):
+    """Positions of K chains with their density values, so nothing is recomputed."""
+
+    position: np.ndarray  # (K, d), unconstrained
+    log_prior: np.ndarray  # (K,)
+    log_likelihood: np.ndarray  # (K,)
+    grad_log_prior: np.ndarray  # (K, d)
+    grad_log_likelihood: np.ndarray  # (K, d)
+
+
+class HMCInfo(NamedTuple):
+    """Per-chain outcome of one HMC transition."""
+
+    acceptance_rate: np.ndarray  # (K,) min(1, exp(-ΔH))
+    accepted: np.ndarray  # (K,) bool
+    divergent: np.ndarray  # (K,) bool: non-finite or |ΔH| > DIVERGENCE_THRESHOLD
+    energy_change: np.ndarray  # (K,) ΔH of the proposal
+
+
+class Metric(NamedTuple):
+    """The kinetic energy's metric: the inverse mass matrix M⁻¹, an estimate of the target's
+    covariance, either diagonal (``variances``) or dense (``chol``, lower Cholesky factor).
+
+    Momenta are p ~ N(0, M), the velocity is M⁻¹p, the kinetic energy ½ pᵀM⁻¹p.
+    """
+
+    variances: np.ndarray  # (d,) diagonal of M⁻¹
+    chol: np.ndarray | None = None  # (d, d) lower Cholesky factor of a dense M⁻¹
+
+    @classmethod
+    def from_population(cls, positions, weights, dense: bool) -> "Metric":
+        """Weighted covariance of a population (K×d, weights summing to 1).
+
+        A dense estimate is shrunk towards its diagonal by d/(K_eff + d), which keeps it
+        positive definite when the effective population is small compared to d.
+        """
+        center = weights @ positions
+        centered = positions - center
+        variances = weights @ centered**2
+        variances = np.maximum(variances, 1e-10 * max(float(np.max(variances)), 1e-300))
+        if not dense:
+            return cls(variances)
+        d = positions.shape[1]
+        cov = (centered * weights[:, None]).T @ centered
+        shrink = d / (1.0 / np.sum(weights**2) + d)
+        cov = (1 - shrink) * cov + shrink * np.diag(variances)
+        np.fill_diagonal(cov, variances)
+        try:
+            chol = cho_factor(cov, lower=True)[0]
+        except np.linalg.LinAlgError:
+            return cls(variances)
+        return cls(variances, np.tril(chol))
+
+    def sample_momentum(self, rng, n: int) -> np.ndarray:
+        z = rng.standard_normal((n, self.variances.size))
+        if self.chol is None:
+            return z / np.sqrt(self.variances)
+        return solve_triangular(self.chol, z.T, lower=True, trans="T").T
+
+    def velocity(self, momentum: np.ndarray) -> np.ndarray:
+        if self.chol is None:
+            return self.variances * momentum
+        return (momentum @ self.chol) @ self.chol.T
+
+    def kinetic_energy(self, momentum: np.ndarray) -> np.ndarray:
+        return 0.5 * np.sum(momentum * self.velocity(momentum), axis=1)
+
+
+def init(density, positions: np.ndarray) -> HMCState:
+    """Evaluate ``density`` at ``positions`` (K×d) once and wrap them in a state."""
+    positions = np.array(positions, dtype=float, copy=True)
+    return HMCState(positions, *density(positions))
+
+
+def tempered(values: DensityValues | HMCState, lam: float):
+    """Log target and its gradient at temperature ``lam``."""
+    with np.errstate(invalid="ignore"):
+        logp = values.log_prior + lam * values.log_likelihood
+        grad = values.grad_log_prior + lam * values.grad_log_likelihood
+    return logp, grad
+
+
+def hmc_step(
+    rng: np.random.Generator,
+    state: HMCState,
+    density,
+    lam: float,
+    step_size: np.ndarray | float,
+    metric: Metric,
+    n_leapfrog: int,
+) -> tuple[HMCState, HMCInfo]:
+    """One HMC transition of every chain, targeting ``log p + lam * log L``.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    state : HMCState
+    density : callable
+        Batched density, ``density(X) -> DensityValues`` (e.g. :class:`~pymc_evidence.density.ModelDensity`).
+    lam : float
+        Temperature λ in [0, 1].
+    step_size : float or ndarray (K,)
+        Leapfrog step size, per chain if an array (jittered step sizes avoid resonances).
+    metric : Metric
+        Inverse mass matrix (an estimate of the target's covariance), diagonal or dense.
+    n_leapfrog : int
+        Leapfrog steps per trajectory.
+
+    Returns
+    -------
+    (HMCState, HMCInfo)
+
+    Notes
+    -----
+    Momenta p ~ N(0, M); Hamiltonian H = −log π_λ(θ) + ½ pᵀ M⁻¹ p.
+    A proposal with non-finite density (outside the support, overflow) is rejected for that chain
+    only; it cannot affect the others.
+    """
+    K, d = state.position.shape
+    eps = np.broadcast_to(np.asarray(step_size, dtype=float), (K,))[:, None]
+    momentum = metric.sample_momentum(rng, K)
+    logp0, grad = tempered(state, lam)
+    kinetic0 = metric.kinetic_energy(momentum)
+
+    position = state.position
+    with np.errstate(invalid="ignore", over="ignore"):
+        momentum = momentum + 0.5 * eps * grad
+        for step in range(n_leapfrog):
+            position = position + eps * metric.velocity(momentum)
+            values = density(position)
+            _, grad = tempered(values, lam)
+            if step < n_leapfrog - 1:
+                momentum = momentum + eps * grad
+        momentum = momentum + 0.5 * eps * grad
+        logp1, _ = tempered(values, lam)
+        kinetic1 = metric.kinetic_energy(momentum)
+        energy_change = (kinetic1 - logp1) - (kinetic0 - logp0)
+
+    finite = np.isfinite(energy_change) & np.isfinite(logp1)
+    finite &= np.all(np.isfinite(grad), axis=1)
+    log_accept = np.where(finite, np.minimum(0.0, -energy_change), -np.inf)
+    accepted = np.log(rng.uniform(size=K)) < log_accept
+    divergent = ~finite | (np.abs(np.where(finite, energy_change, 0.0)) > DIVERGENCE_THRESHOLD)
+
+    keep = accepted[:, None]
+    new_state = HMCState(
+        np.where(keep, position, state.position),
+        np.where(accepted, values.log_prior, state.log_prior),
+        np.where(accepted, values.log_likelihood, state.log_likelihood),
+        np.where(keep, values.grad_log_prior, state.grad_log_prior),
+        np.where(keep, values.grad_log_likelihood, state.grad_log_likelihood),
+    )
+    info = HMCInfo(np.exp(log_accept), accepted, divergent, energy_change)
+    return new_state, info
+
+
+def adapt_step_size(step_size: float, acceptance: float, target: float, rate: float = 1.5) -> float:
+    """Multiplicative step-size update towards a target mean acceptance rate.
+
+    ``log ε ← log ε + rate · (acceptance − target)``: a population of chains gives a precise
+    acceptance estimate at every transition, so a simple Robbins–Monro-style step suffices.
+    """
+    return float(step_size * np.exp(rate * (acceptance - target)))
+
+
+class MutationStats(NamedTuple):
+    """What a run of HMC transitions at one temperature did."""
+
+    acceptance: float  # mean acceptance rate over chains and transitions
+    step_size: float  # adapted step size at the end
+    n_leapfrog: int  # leapfrog steps of the last transition
+    n_transitions: int
+    divergences: int
+    correlation: float  # remaining correlation with the starting population
+
+
+def _correlation(start: np.ndarray, now: np.ndarray) -> float:
+    """Mean absolute correlation across chains between columns of ``start`` and ``now``."""
+    a = start - start.mean(axis=0)
+    b = now - now.mean(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        corr = np.sum(a * b, axis=0) / np.sqrt(np.sum(a**2, axis=0) * np.sum(b**2, axis=0))
+    corr = np.abs(corr[np.isfinite(corr)])
+    return float(np.mean(corr)) if corr.size else 0.0
+
+
+def mutate(
+    rng: np.random.Generator,
+    state: HMCState,
+    density,
+    lam: float,
+    metric: Metric,
+    step_size: float,
+    *,
+    target_accept: float = 0.8,
+    trajectory_length: float = 1.0,
+    max_leapfrog: int = 64,
+    decorrelation: float = 0.2,
+    max_transitions: int = 20,
+) -> tuple[HMCState, MutationStats]:
+    """Move every chain by HMC at temperature ``lam`` until the population has decorrelated.
+
+    Transitions repeat until both the parameters (mean absolute correlation per coordinate,
+    across chains) and the log likelihood have correlation below ``decorrelation`` with their
+    values at the start, or ``max_transitions`` is reached. The step size adapts to
+    ``target_accept`` after every transition. The number of leapfrog steps is drawn uniformly
+    around ``trajectory_length / step_size`` (±50 %, at most ``max_leapfrog``): in units of
+    the metric a Gaussian target is isotropic, and a random trajectory length avoids the
+    periodic returns of a fixed one.
+    """
+    start, start_ll = state.position, state.log_likelihood
+    K = start.shape[0]
+    acceptance, divergences = [], 0
+    for transition in range(1, max_transitions + 1):
+        mean_steps = trajectory_length / step_size
+        n_leapfrog = int(
+            np.clip(rng.integers(int(0.5 * mean_steps), int(1.5 * mean_steps) + 2), 1, max_leapfrog)
+        )
+        jitter = np.exp(rng.uniform(-0.1, 0.1, size=K))
+        state, info = hmc_step(rng, state, density, lam, step_size * jitter, metric, n_leapfrog)
+        acceptance.append(float(np.mean(info.acceptance_rate)))
+        divergences += int(np.sum(info.divergent))
+        step_size = adapt_step_size(step_size, acceptance[-1], target_accept)
+        correlation = max(
+            _correlation(start, state.position),
+            _correlation(start_ll[:, None], state.log_likelihood[:, None]),
+        )
+        if correlation < decorrelation:
+            break
+    stats = MutationStats(
+        float(np.mean(acceptance)), step_size, n_leapfrog, transition, divergences, correlation
+    )
+    return state, stats
