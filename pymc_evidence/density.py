@@ -171,11 +171,13 @@ class ModelDensity:
         except Exception as err:  # find which variable fails, to name it
             for rv in model.free_RVs:
                 try:
-                    pm.draw(rv, random_seed=0)
-                except Exception:
+                    pm.draw(rv, random_seed=0, mode=self.mode)
+                except Exception as rv_err:
+                    # first line only: PyTensor appends a debug dump of the failing Apply node
+                    reason = (str(rv_err).strip().splitlines() or [type(rv_err).__name__])[0]
                     raise ValueError(
                         f"cannot draw from the prior of free variable {rv.name!r} "
-                        f"({_rv_label(rv)}): {err}. Evidence estimation starts from exact prior "
+                        f"({_rv_label(rv)}): {reason} Evidence estimation starts from exact prior "
                         "draws; give the distribution a `random` function or use a proper "
                         "built-in distribution."
                     ) from err
