@@ -1,0 +1,114 @@
+"""BIC at the MLE and the MAP against closed forms for linear regression."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy.stats import norm
+
+import pymc_evidence as pm_evidence
+
+N_OBS, N_SLOPES, NOISE_SD = 25, 3, 0.7
+PRIOR_SD = np.array([3.0, 2.0, 2.0, 2.0])
+
+
+@pytest.fixture(scope="module")
+def linear():
+    """Linear regression with known noise (the same model as in test_laplace)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(N_OBS, N_SLOPES))
+    y = 2.0 + X @ np.array([1.0, -0.5, 0.3]) + NOISE_SD * rng.normal(size=N_OBS)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, PRIOR_SD[0])
+        b = pm.Normal("b", 0.0, PRIOR_SD[1], shape=N_SLOPES)
+        pm.Normal("y", a + pm.math.dot(X, b), NOISE_SD, observed=y)
+    return model, np.column_stack([np.ones(N_OBS), X]), y
+
+
+@pytest.fixture(scope="module")
+def two_outputs():
+    """Two-output regression, unknown noise sd (HalfNormal, log-transformed): 40 cases."""
+    rng = np.random.default_rng(1)
+    n, p = 40, 2
+    X = rng.normal(size=(n, p))
+    Y = X @ np.array([[1.0, -1.0], [0.5, 2.0]]) + 0.4 * rng.normal(size=(n, 2))
+    with pm.Model() as model:
+        B = pm.Normal("B", 0.0, 5.0, shape=(p, 2))
+        sigma = pm.HalfNormal("sigma", 2.0)
+        pm.Normal("Y", pm.math.dot(X, B), sigma, observed=Y)
+    return model, X, Y
+
+
+def test_bic_at_mle_equals_least_squares(linear):
+    model, design, y = linear
+    res = pm_evidence.bic(model, at="mle", random_seed=0, progressbar=False)
+    beta_hat = np.linalg.lstsq(design, y, rcond=None)[0]
+    max_log_lik = norm.logpdf(y, design @ beta_hat, NOISE_SD).sum()
+    expected = max_log_lik - 4 / 2 * np.log(N_OBS)
+    assert res.method == "bic" and res.se == 0.0 and res.warnings == []
+    assert res.log_evidence == pytest.approx(expected, abs=1e-8)
+    row = res.diagnostics.iloc[0]
+    assert res.diagnostics.index.name == "point"
+    assert (row["k"], row["n"], row["at"]) == (4, N_OBS, "mle")
+    assert res.settings["k"] == 4 and res.settings["n"] == N_OBS
+    assert row.log_likelihood == pytest.approx(max_log_lik, abs=1e-8)
+    assert row.penalty == pytest.approx(2 * np.log(N_OBS))
+    assert res.estimates["bic"] == pytest.approx(-2 * expected)
+
+
+def test_bic_at_map_uses_the_posterior_mode(linear):
+    model, design, y = linear
+    res = pm_evidence.bic(model, random_seed=0, progressbar=False)  # at="map" by default
+    H = np.diag(PRIOR_SD**-2) + design.T @ design / NOISE_SD**2
+    mode = np.linalg.solve(H, design.T @ y / NOISE_SD**2)
+    log_lik = norm.logpdf(y, design @ mode, NOISE_SD).sum()
+    assert res.settings["at"] == "map"
+    assert res.log_evidence == pytest.approx(log_lik - 2 * np.log(N_OBS), abs=1e-8)
+    assert res.diagnostics.log_prior.iloc[0] == pytest.approx(
+        norm.logpdf(mode, 0, PRIOR_SD).sum(), abs=1e-8
+    )
+
+
+def test_n_and_k_are_overridable(linear):
+    model, design, y = linear
+    res = pm_evidence.bic(model, at="mle", n=10, k=2, random_seed=0, progressbar=False)
+    beta_hat = np.linalg.lstsq(design, y, rcond=None)[0]
+    max_log_lik = norm.logpdf(y, design @ beta_hat, NOISE_SD).sum()
+    assert res.log_evidence == pytest.approx(max_log_lik - np.log(10), abs=1e-8)
+    assert (res.settings["n"], res.settings["k"]) == (10, 2)
+
+
+def test_mle_in_unconstrained_space_and_cases_not_scalars(two_outputs):
+    model, X, Y = two_outputs
+    res = pm_evidence.bic(model, at="mle", random_seed=1, progressbar=False)
+    B_hat = np.linalg.lstsq(X, Y, rcond=None)[0]
+    rss = np.sum((Y - X @ B_hat) ** 2)
+    sigma2 = rss / Y.size  # MLE of the noise variance
+    max_log_lik = -0.5 * Y.size * (np.log(2 * np.pi * sigma2) + 1)
+    row = res.diagnostics.iloc[0]
+    assert (row.k, row.n) == (5, 40)  # 4 weights + log sigma; 40 cases, not 80 scalars
+    assert row.log_likelihood == pytest.approx(max_log_lik, abs=1e-7)
+    assert res.log_evidence == pytest.approx(max_log_lik - 2.5 * np.log(40), abs=1e-7)
+
+
+def test_bad_input_errors(linear):
+    model, _, _ = linear
+    with pytest.raises(ValueError, match=r"at must be one of \('map', 'mle'\), got 'foo'"):
+        pm_evidence.bic(model, at="foo")
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        pm_evidence.bic(model, n=0)
+    with pytest.raises(ValueError, match="k must be >= 0"):
+        pm_evidence.bic(model, k=-1)
+    with pytest.raises(TypeError, match="n must be an int"):
+        pm_evidence.bic(model, n=2.5)
+    with pytest.raises(ValueError, match="nothing to optimise"):
+        pm_evidence.bic(model, restarts=0)
+
+
+def test_model_from_context_and_same_seed(linear):
+    model, _, _ = linear
+    first = pm_evidence.bic(model, at="mle", random_seed=3, progressbar=False)
+    with model:
+        again = pm_evidence.bic(at="mle", random_seed=3, progressbar=False)
+    assert again.log_evidence == first.log_evidence
