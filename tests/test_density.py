@@ -232,10 +232,15 @@ def test_default_backend_is_c(hier):
     assert hier.backend == "c"
 
 
-def test_numba_mode_available():
+def test_numba_backend_matches_c(untransformed):
+    """backend="numba" compiles with Numba (cold ≈ 15-30 s once, then cached in ~/.pytensor)."""
     from pytensor.link.numba.linker import NumbaLinker
 
-    assert isinstance(compile_mode("numba").linker, NumbaLinker)
+    density = ModelDensity(untransformed.model, backend="numba")
+    assert isinstance(density._fn.maker.linker, NumbaLinker)
+    X = np.array([[0.1, 0.7], [-0.4, 1.3], [0.2, -1.0]])
+    for numba_value, c_value in zip(density(X), untransformed(X)):
+        np.testing.assert_allclose(numba_value, c_value, rtol=1e-10)
 
 
 def test_unknown_backend_rejected(hier_model):
