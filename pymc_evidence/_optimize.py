@@ -23,7 +23,7 @@ __all__ = [
     "maximize",
     "multistart",
     "newton_polish",
-    "prior_hessian",
+    "fd_hessian",
     "starting_points",
     "make_rng",
 ]
@@ -120,7 +120,8 @@ def newton_polish(
 ) -> tuple[Optimum, np.ndarray]:
     """Refine a maximum with Newton steps on the exact Hessian.
 
-    A step is taken only while the negative Hessian is positive definite and only if it does
+    A step is taken only while the negative Hessian is positive definite (smallest eigenvalue
+    above 1e-10 × the largest: no huge steps along flat directions) and only if it does
     not lower the objective; it stops once the Newton decrement ``½ gᵀH⁻¹g`` (the predicted
     gain, in nats) is below ``tol``. Returns the (possibly unchanged) optimum and the Hessian of
     the objective at its point.
@@ -129,10 +130,10 @@ def newton_polish(
     hess = hessian(x)
     n_eval = opt.n_evaluations
     for _ in range(steps):
-        try:
-            chol = np.linalg.cholesky(-hess)
-        except np.linalg.LinAlgError:
+        eig = np.linalg.eigvalsh(-hess)
+        if not eig[0] > 1e-10 * abs(eig[-1]):  # not safely positive definite: no step
             break
+        chol = np.linalg.cholesky(-hess)
         step = _chol_solve(chol, grad)
         decrement = 0.5 * float(grad @ step)
         if not np.isfinite(decrement) or decrement < tol:
@@ -161,19 +162,27 @@ def _chol_solve(chol: np.ndarray, b: np.ndarray) -> np.ndarray:
     return solve_triangular(chol.T, y, lower=False)
 
 
-def prior_hessian(density, x: np.ndarray, rel_step: float = 1e-5) -> np.ndarray:
-    """Hessian of the log prior at ``x``, by central differences of its compiled gradient.
+def fd_hessian(density, x: np.ndarray, part: str = "prior", rel_step: float = 1e-5) -> np.ndarray:
+    """Hessian of the log prior, log likelihood or log joint at ``x`` by central differences
+    of the compiled gradient.
 
-    All ``2d`` shifted points are evaluated in one batched call. The result is symmetrised.
-    Accurate to about ``rel_step²`` relative: ample for diagnostics such as the effective
-    number of parameters.
+    All ``2d`` shifted points are evaluated in one batched call; the result is symmetrised.
+    Accurate to about ``rel_step²`` relative: ample for diagnostics (the effective number of
+    parameters) and for Newton steps, whose fixed point is set by the exact gradient.
     """
     x = np.asarray(x, dtype=float)
     d = x.size
     h = rel_step * np.maximum(1.0, np.abs(x))
     shifts = np.diag(h)
-    points = np.concatenate([x + shifts, x - shifts])
-    grads = density(points).grad_log_prior
+    values = density(np.concatenate([x + shifts, x - shifts]))
+    if part == "prior":
+        grads = values.grad_log_prior
+    elif part == "likelihood":
+        grads = values.grad_log_likelihood
+    elif part == "joint":
+        grads = values.grad_log_prior + values.grad_log_likelihood
+    else:
+        raise ValueError(f"part must be 'prior', 'likelihood' or 'joint', got {part!r}")
     hess = (grads[:d] - grads[d:]) / (2 * h[:, None])
     return 0.5 * (hess + hess.T)
 

@@ -8,6 +8,7 @@ import pytest
 from scipy.stats import norm
 
 import pymc_evidence as pm_evidence
+from pymc_evidence.results import EvidenceWarning
 
 N_OBS, N_SLOPES, NOISE_SD = 25, 3, 0.7
 PRIOR_SD = np.array([3.0, 2.0, 2.0, 2.0])
@@ -112,3 +113,23 @@ def test_model_from_context_and_same_seed(linear):
     with model:
         again = pm_evidence.bic(at="mle", random_seed=3, progressbar=False)
     assert again.log_evidence == first.log_evidence
+
+
+def test_unidentified_mle_warns():
+    """y ~ N(a + b, 1): the likelihood is flat along a − b, so the MLE is not a strict maximum;
+    the maximum value itself (at a + b = ȳ) is still right."""
+    y = np.array([0.3, -0.1, 0.5, 0.2, 0.9])
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, 1.0)
+        b = pm.Normal("b", 0.0, 1.0)
+        pm.Normal("y", a + b, 1.0, observed=y)
+    with pytest.warns(EvidenceWarning, match="not converge to a strict max"):
+        res = pm_evidence.bic(model, at="mle", random_seed=0, progressbar=False)
+    row = res.diagnostics.iloc[0]
+    assert not row.converged
+    max_log_lik = norm.logpdf(y, y.mean(), 1.0).sum()
+    assert row.log_likelihood == pytest.approx(max_log_lik, abs=1e-8)
+    assert res.log_evidence == pytest.approx(max_log_lik - np.log(5), abs=1e-8)
+    # at the MAP the prior identifies the direction: no warning
+    res = pm_evidence.bic(model, random_seed=0, progressbar=False)
+    assert res.warnings == []

@@ -344,3 +344,19 @@ def test_model_from_context(linear, linear_result):
             warnings.simplefilter("error", EvidenceWarning)
             res = pm_evidence.laplace(restarts=3, random_seed=11, progressbar=False)
     assert res.log_evidence == linear_result.log_evidence
+
+
+def test_global_rng_untouched_and_netcdf_round_trip(linear, tmp_path):
+    model, _, _ = linear
+    state = np.random.get_state()[1].copy()
+    res = pm_evidence.laplace(
+        model, framework="mackay", noise="y", restarts=2, random_seed=4, progressbar=False
+    )
+    assert np.array_equal(np.random.get_state()[1], state)
+    path = tmp_path / "laplace.nc"
+    res.to_netcdf(path)
+    back = pm_evidence.results.load_result(path)
+    assert back.method == "laplace" and back.log_evidence == res.log_evidence
+    assert back.diagnostics.index.name == "mode"
+    np.testing.assert_allclose(back.diagnostics.alpha_a, res.diagnostics.alpha_a)
+    assert back.settings["framework"] == "mackay"
