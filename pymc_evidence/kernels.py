@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from scipy.linalg import cho_factor, solve_triangular
+from scipy.linalg import solve_triangular
 
 from pymc_evidence.density import DensityValues
 
@@ -46,48 +46,51 @@ class HMCInfo(NamedTuple):
 
 class Metric(NamedTuple):
     """The kinetic energy's metric: the inverse mass matrix M⁻¹, an estimate of the target's
-    covariance, either diagonal (``variances``) or dense (``chol``, lower Cholesky factor).
+    covariance Σ, either diagonal (``variances``) or dense (``cov`` with ``chol_inv`` = L⁻¹
+    for Σ = LLᵀ).
 
-    Momenta are p ~ N(0, M), the velocity is M⁻¹p, the kinetic energy ½ pᵀM⁻¹p.
+    Momenta are p ~ N(0, M) = N(0, Σ⁻¹), the velocity is Σp, the kinetic energy ½ pᵀΣp.
     """
 
-    variances: np.ndarray  # (d,) diagonal of M⁻¹
-    chol: np.ndarray | None = None  # (d, d) lower Cholesky factor of a dense M⁻¹
+    variances: np.ndarray  # (d,) diagonal of Σ
+    cov: np.ndarray | None = None  # (d, d) dense Σ
+    chol_inv: np.ndarray | None = None  # (d, d) inverse of Σ's lower Cholesky factor
 
     @classmethod
     def from_population(cls, positions, weights, dense: bool) -> "Metric":
         """Weighted covariance of a population (K×d, weights summing to 1).
 
-        A dense estimate is shrunk towards its diagonal by d/(K_eff + d), which keeps it
-        positive definite when the effective population is small compared to d.
+        A dense estimate needs an effective population of at least twice the dimension (else
+        the diagonal is used); it is shrunk slightly towards its diagonal, by 5/(K_eff + 5) as
+        Stan regularises its adapted metric.
         """
         center = weights @ positions
         centered = positions - center
         variances = weights @ centered**2
         variances = np.maximum(variances, 1e-10 * max(float(np.max(variances)), 1e-300))
-        if not dense:
-            return cls(variances)
+        effective = 1.0 / np.sum(weights**2)
         d = positions.shape[1]
+        if not dense or effective < 2 * d:
+            return cls(variances)
         cov = (centered * weights[:, None]).T @ centered
-        shrink = d / (1.0 / np.sum(weights**2) + d)
+        shrink = 5.0 / (effective + 5.0)
         cov = (1 - shrink) * cov + shrink * np.diag(variances)
-        np.fill_diagonal(cov, variances)
         try:
-            chol = cho_factor(cov, lower=True)[0]
+            chol = np.linalg.cholesky(cov)
         except np.linalg.LinAlgError:
             return cls(variances)
-        return cls(variances, np.tril(chol))
+        return cls(variances, cov, solve_triangular(chol, np.eye(d), lower=True))
 
     def sample_momentum(self, rng, n: int) -> np.ndarray:
         z = rng.standard_normal((n, self.variances.size))
-        if self.chol is None:
+        if self.cov is None:
             return z / np.sqrt(self.variances)
-        return solve_triangular(self.chol, z.T, lower=True, trans="T").T
+        return z @ self.chol_inv  # rows L⁻ᵀz: covariance L⁻ᵀL⁻¹ = Σ⁻¹
 
     def velocity(self, momentum: np.ndarray) -> np.ndarray:
-        if self.chol is None:
+        if self.cov is None:
             return self.variances * momentum
-        return (momentum @ self.chol) @ self.chol.T
+        return momentum @ self.cov
 
     def kinetic_energy(self, momentum: np.ndarray) -> np.ndarray:
         return 0.5 * np.sum(momentum * self.velocity(momentum), axis=1)

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pymc as pm
 from scipy.special import logsumexp
+from scipy.optimize import brentq
 from scipy.stats import chi2
 
 from pymc_evidence import kernels
@@ -90,14 +91,11 @@ def _next_lambda(log_weights, log_likelihood, lam, target_cess) -> float:
     """Largest λ' ≤ 1 whose incremental weights keep the conditional ESS at ``target_cess``."""
     if _conditional_ess(log_weights, log_likelihood, 1.0 - lam) >= target_cess:
         return 1.0
-    low, high = 0.0, 1.0 - lam
-    for _ in range(60):
-        mid = 0.5 * (low + high)
-        if _conditional_ess(log_weights, log_likelihood, mid) >= target_cess:
-            low = mid
-        else:
-            high = mid
-    return lam + max(low, 1e-12)
+    delta = brentq(
+        lambda d: _conditional_ess(log_weights, log_likelihood, d) - target_cess,
+        0.0, 1.0 - lam, xtol=1e-12, rtol=1e-6,
+    )
+    return lam + max(delta, 1e-12)
 
 
 def _systematic_resample(rng, log_weights: np.ndarray) -> np.ndarray:
@@ -526,7 +524,9 @@ def _check(messages, ss, ti, log_ratio_var, rounds, target_se) -> None:
     G = ss.per_group.size
     within_var = log_ratio_var.sum(axis=1)
     spread = np.sum((ss.per_group - np.mean(ss.per_group)) ** 2 / np.maximum(within_var, 1e-300))
-    if G > 1 and chi2.sf(spread, G - 1) < 1e-3:
+    # The within-group error ignores the correlation that resampling creates, so it runs low by
+    # a modest factor even on unimodal posteriors; separated modes make the spread far larger.
+    if G > 1 and chi2.sf(spread, G - 1) < 1e-3 and ss.se_between > 2 * ss.se_within:
         warn(
             messages,
             f"independent groups disagree beyond their within-group errors (group estimates "

@@ -1,0 +1,117 @@
+"""Thermodynamic chaining against exact evidences: each estimate within 3 reported SE and a cap."""
+
+import numpy as np
+import pytest
+
+import pymc_evidence as pm_evidence
+from pymc_evidence import testing
+from pymc_evidence.thermodynamic import power_ladder
+
+CAP = 0.5  # nats: a fixed bound besides the SE-relative one, so a huge SE cannot hide a bug
+
+
+def assert_close_to_exact(result, exact, k=3.0, cap=CAP):
+    error = result.log_evidence - exact
+    assert result.se > 0
+    assert abs(error) <= k * result.se, f"error {error:.3f} > {k} × SE {result.se:.3f}"
+    assert abs(error) <= cap, f"error {error:.3f} beyond {cap} nats"
+
+
+@pytest.fixture(scope="module")
+def regression5():
+    return testing.conjugate_regression(dim=5)
+
+
+CASES = {
+    "regression_d5": lambda: testing.conjugate_regression(dim=5),
+    "regression_d20": lambda: testing.conjugate_regression(dim=20, n_obs=50),
+    "normal_inverse_gamma": lambda: testing.normal_inverse_gamma_regression(),
+    "beta_binomial": lambda: testing.beta_binomial(),
+    "dirichlet_categorical": lambda: testing.dirichlet_categorical(testing.ANNOTATOR_1, 3),
+    "gaussian_mixture_potential": lambda: testing.gaussian_mixture_potential(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_exact_evidence(case):
+    model, exact = CASES[case]()
+    result = pm_evidence.thermodynamic(model, random_seed=2024, progressbar=False)
+    assert_close_to_exact(result, exact)
+    assert result.estimates["ti"] == pytest.approx(exact, abs=max(4 * result.estimates["ti_se"], 0.1))
+    assert not result.warnings
+
+
+def test_correlated_gaussian_100d():
+    # one round (4 groups of 256): the default target_se=0.1 takes ~8x longer, see benchmarks/
+    model, exact = testing.correlated_gaussian(dim=100)
+    result = pm_evidence.thermodynamic(model, random_seed=7, progressbar=False, target_se=None)
+    assert_close_to_exact(result, exact, cap=1.0)
+
+
+def test_same_seed_same_result(regression5):
+    model, _ = regression5
+    a = pm_evidence.thermodynamic(model, random_seed=3, progressbar=False, target_se=None)
+    b = pm_evidence.thermodynamic(model, random_seed=3, progressbar=False, target_se=None)
+    c = pm_evidence.thermodynamic(model, random_seed=4, progressbar=False, target_se=None)
+    assert a.log_evidence == b.log_evidence
+    assert a.diagnostics.equals(b.diagnostics)
+    assert a.log_evidence != c.log_evidence
+
+
+def test_global_numpy_rng_untouched(regression5):
+    model, _ = regression5
+    state = np.random.get_state()[1].copy()
+    pm_evidence.thermodynamic(model, random_seed=3, progressbar=False, target_se=None)
+    assert np.array_equal(np.random.get_state()[1], state)
+
+
+def test_user_ladder(regression5):
+    model, exact = regression5
+    ladder = power_ladder(30, power=4)
+    result = pm_evidence.thermodynamic(model, ladder=ladder, random_seed=5, progressbar=False)
+    np.testing.assert_allclose(result.diagnostics["lambda"], ladder[1:])
+    assert_close_to_exact(result, exact)
+
+
+def test_result_contents(regression5):
+    model, _ = regression5
+    result = pm_evidence.thermodynamic(model, random_seed=1, progressbar=False, target_se=None)
+    diagnostics = result.diagnostics
+    for column in ["lambda", "log_ratio", "log_ratio_se", "ess", "rhat", "acceptance",
+                   "step_size", "mean_log_likelihood", "var_log_likelihood"]:
+        assert column in diagnostics
+    assert diagnostics["lambda"].iloc[-1] == 1.0
+    assert np.all(np.diff(diagnostics["lambda"]) > 0)
+    # the adaptive ladder crowds rungs near the prior
+    assert diagnostics["lambda"].iloc[len(diagnostics) // 2] < 0.2
+    assert np.isclose(diagnostics["log_ratio"].sum(), result.log_evidence, atol=3 * result.se)
+    assert result.posterior["w"].shape == (4, 256, 5)
+    assert result.sample_stats["log_likelihood"].shape == (4, 256)
+    assert 0.5 < diagnostics["acceptance"].mean() < 1.0
+    assert result.timing["total"] > 0
+
+
+def test_with_model_context(regression5):
+    model, _ = regression5
+    with model:
+        result = pm_evidence.thermodynamic(random_seed=1, progressbar=False, target_se=None)
+    assert np.isfinite(result.log_evidence)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(n_particles=2), "n_particles must be an integer >= 8"),
+        (dict(n_groups=1), "n_groups must be an integer >= 2"),
+        (dict(target_se=-1.0), "target_se must be positive"),
+        (dict(ladder=[0.0, 0.5, 0.4, 1.0]), "strictly increasing"),
+        (dict(ladder=[0.1, 1.0]), "from 0 to 1"),
+        (dict(target_cess=1.5), "target_cess must be in"),
+        (dict(mass_matrix="full"), "mass_matrix must be"),
+        (dict(max_groups=2), "max_groups"),
+    ],
+)
+def test_bad_options(regression5, options, message):
+    model, _ = regression5
+    with pytest.raises(ValueError, match=message):
+        pm_evidence.thermodynamic(model, progressbar=False, **options)
