@@ -1,7 +1,7 @@
 from pymc_evidence.bic import bic
 from pymc_evidence.laplace import laplace
 from pymc_evidence.symmetry import MLPLayer, mlp_symmetry
-from pymc_evidence.compare import compare
+from pymc_evidence.compare import METHODS, compare
 from pymc_evidence.density import ModelDensity, get_density
 from pymc_evidence.results import EvidenceResult, EvidenceWarning, load_result
 from pymc_evidence.thermodynamic import power_ladder, thermodynamic
