@@ -5,3 +5,4 @@ from pymc_evidence.compare import METHODS, compare
 from pymc_evidence.density import ModelDensity, get_density
 from pymc_evidence.results import EvidenceResult, EvidenceWarning, load_result
 from pymc_evidence.thermodynamic import power_ladder, thermodynamic
+from pymc_evidence.plots import plot_evidence, plot_stages, plot_trace_energy

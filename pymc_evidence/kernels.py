@@ -202,6 +202,8 @@ class MutationStats(NamedTuple):
     n_transitions: int
     divergences: int
     correlation: float  # remaining correlation with the starting population
+    traced_log_prior: np.ndarray  # (n_transitions, n_traced) after each transition
+    traced_log_likelihood: np.ndarray  # (n_transitions, n_traced)
 
 
 def _correlation(start: np.ndarray, now: np.ndarray) -> float:
@@ -227,6 +229,7 @@ def mutate(
     max_leapfrog: int = 64,
     decorrelation: float = 0.2,
     max_transitions: int = 20,
+    n_traced: int = 8,
 ) -> tuple[HMCState, MutationStats]:
     """Move every chain by HMC at temperature ``lam`` until the population has decorrelated.
 
@@ -236,11 +239,12 @@ def mutate(
     ``target_accept`` after every transition. The number of leapfrog steps is drawn uniformly
     around ``trajectory_length / step_size`` (±50 %, at most ``max_leapfrog``): in units of
     the metric a Gaussian target is isotropic, and a random trajectory length avoids the
-    periodic returns of a fixed one.
+    periodic returns of a fixed one. The log prior and log likelihood of the first ``n_traced``
+    chains are recorded after every transition (Barber & Bishop's Fig. 1a trace).
     """
     start, start_ll = state.position, state.log_likelihood
     K = start.shape[0]
-    acceptance, divergences = [], 0
+    acceptance, divergences, traced = [], 0, []
     for transition in range(1, max_transitions + 1):
         mean_steps = trajectory_length / step_size
         n_leapfrog = int(
@@ -250,6 +254,7 @@ def mutate(
         state, info = hmc_step(rng, state, density, lam, step_size * jitter, metric, n_leapfrog)
         acceptance.append(float(np.mean(info.acceptance_rate)))
         divergences += int(np.sum(info.divergent))
+        traced.append((state.log_prior[:n_traced], state.log_likelihood[:n_traced]))
         step_size = adapt_step_size(step_size, acceptance[-1], target_accept)
         correlation = max(
             _correlation(start, state.position),
@@ -257,7 +262,9 @@ def mutate(
         )
         if correlation < decorrelation:
             break
+    traced_prior, traced_lik = (np.array(values) for values in zip(*traced))
     stats = MutationStats(
-        float(np.mean(acceptance)), step_size, n_leapfrog, transition, divergences, correlation
+        float(np.mean(acceptance)), step_size, n_leapfrog, transition, divergences, correlation,
+        traced_prior, traced_lik,
     )
     return state, stats

@@ -56,6 +56,10 @@ class EvidenceResult:
         Seconds spent per phase (e.g. ``compile``, ``sampling``, ``total``).
     warnings : list of str
         Every soft problem found; each was also emitted as an :class:`EvidenceWarning`.
+    trace : pandas.DataFrame, optional
+        Long-format per-transition records of a few tracked chains (columns ``stage``,
+        ``lambda``, ``transition``, ``chain``, ``log_prior``, ``log_likelihood``), the data of
+        Barber & Bishop's Fig. 1a (see :func:`~pymc_evidence.plot_trace_energy`).
     """
 
     method: str
@@ -69,6 +73,7 @@ class EvidenceResult:
     settings: dict = field(default_factory=dict)
     timing: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)
+    trace: pd.DataFrame | None = None
 
     @property
     def warning(self) -> bool:
@@ -104,6 +109,10 @@ class EvidenceResult:
         if self.sample_stats:
             groups["sample_stats"] = _draws_dataset(self.sample_stats)
         groups["evidence"] = self._evidence_dataset()
+        if self.trace is not None:
+            groups["trace"] = xr.Dataset(
+                {column: (("record",), self.trace[column].to_numpy()) for column in self.trace}
+            )
         return _compat.arviz_from_groups(groups)
 
     def _evidence_dataset(self) -> xr.Dataset:
@@ -156,6 +165,7 @@ class EvidenceResult:
             settings=json.loads(attrs["settings"]),
             timing=json.loads(attrs["timing"]),
             warnings=json.loads(attrs["warnings"]),
+            trace=groups["trace"].to_dataframe().reset_index(drop=True) if "trace" in groups else None,
         )
 
 

@@ -493,6 +493,7 @@ def thermodynamic(
         diagnostics=_diagnostics(rounds, log_ratio, log_ratio_var, n_particles),
         posterior=posterior,
         sample_stats=sample_stats,
+        trace=_trace(rounds[0]),
         estimates={
             "ti": ti.log_evidence, "ti_se": ti.se, "se_within": ss.se_within,
             "se_between": ss.se_between, "n_stages": len(ladder) - 1, "n_groups": groups,
@@ -501,6 +502,26 @@ def thermodynamic(
         timing=timing,
         warnings=messages,
     )
+
+
+def _trace(first_round: _Round) -> pd.DataFrame:
+    """Per-transition log prior and log likelihood of the tracked chains, in long format."""
+    frames = []
+    for k, stage in enumerate(first_round.stages):
+        n_transitions, n_traced = stage.move.traced_log_likelihood.shape
+        frames.append(
+            pd.DataFrame(
+                {
+                    "stage": k,
+                    "lambda": stage.lam,
+                    "transition": np.repeat(np.arange(n_transitions), n_traced),
+                    "chain": np.tile(np.arange(n_traced), n_transitions),
+                    "log_prior": stage.move.traced_log_prior.ravel(),
+                    "log_likelihood": stage.move.traced_log_likelihood.ravel(),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
 
 
 def _estimate(rounds) -> _Estimate:

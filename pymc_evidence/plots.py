@@ -1,0 +1,127 @@
+"""Plots of evidence results (matplotlib, imported lazily). Each function returns its axes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["plot_stages", "plot_trace_energy", "plot_evidence"]
+
+
+def _axes(ax, n):
+    import matplotlib.pyplot as plt
+
+    if ax is not None:
+        return ax
+    _, axes = plt.subplots(1, n, figsize=(5 * n, 3.6), squeeze=False, layout="constrained")
+    return axes[0] if n > 1 else axes[0, 0]
+
+
+def plot_stages(result, ax=None):
+    """Log evidence ratio per stage and E_λ[log L] against λ (Barber & Bishop 1997, Fig. 1b).
+
+    Parameters
+    ----------
+    result : EvidenceResult
+        From :func:`~pymc_evidence.thermodynamic`.
+    ax : sequence of two matplotlib Axes, optional
+
+    Returns
+    -------
+    numpy.ndarray of two Axes
+        Left: ln{p(D|M_k)/p(D|M_{k−1})} at each λ_k, with ±2 SE bars. Right: the mean of log L
+        at each λ (the thermodynamic-integration integrand), on a symmetric-log scale.
+    """
+    diagnostics = result.diagnostics
+    if "log_ratio" not in diagnostics:
+        raise ValueError(f"plot_stages needs a staged result (thermodynamic), got method {result.method!r}")
+    left, right = _axes(ax, 2)
+    lam = diagnostics["lambda"].to_numpy()
+    left.errorbar(lam, diagnostics["log_ratio"], yerr=2 * diagnostics["log_ratio_se"], fmt="o", ms=3)
+    left.set_xscale("log")
+    left.set_xlabel("λ")
+    left.set_ylabel("log evidence ratio of stage")
+    left.set_title(f"{result.model_name or 'model'}: {len(lam)} stages")
+    right.plot(lam, diagnostics["mean_log_likelihood"], "o-", ms=3)
+    right.set_xscale("log")
+    right.set_yscale("symlog")
+    right.set_xlabel("λ")
+    right.set_ylabel("E_λ[log L]")
+    return np.array([left, right])
+
+
+def plot_trace_energy(result, stage=None, ax=None):
+    """Energy E = −(log p(θ) + λ log L(θ)) of tracked chains after each HMC transition.
+
+    Barber & Bishop (1997, Fig. 1a) plot the error of successive samples at one λ to show they
+    are uncorrelated. Here the energies of a few tracked chains are shown along the run (stage
+    boundaries dotted) or within one stage.
+
+    Parameters
+    ----------
+    result : EvidenceResult
+        From :func:`~pymc_evidence.thermodynamic` (it records ``result.trace``).
+    stage : int, optional
+        Only this stage (negative counts from the end). Default: the whole run.
+    ax : matplotlib Axes, optional
+    """
+    trace = result.trace
+    if trace is None or trace.empty:
+        raise ValueError("this result has no per-transition trace (thermodynamic records one)")
+    ax = _axes(ax, 1)
+    if stage is not None:
+        stages = np.unique(trace["stage"])
+        trace = trace[trace["stage"] == stages[stage]]
+    energy = -(trace["log_prior"] + trace["lambda"] * trace["log_likelihood"])
+    steps = trace.groupby("stage")["transition"].max() + 1
+    offset = (steps.cumsum() - steps).reindex(trace["stage"]).to_numpy()
+    x = offset + trace["transition"].to_numpy()
+    for chain in np.unique(trace["chain"]):
+        mask = (trace["chain"] == chain).to_numpy()
+        ax.plot(x[mask], energy[mask], lw=0.8)
+    if stage is None:
+        for boundary in (steps.cumsum() - steps).to_numpy()[1:]:
+            ax.axvline(boundary - 0.5, color="0.8", ls=":", lw=0.6)
+        ax.set_yscale("symlog")
+        ax.set_xlabel("HMC transition (all stages)")
+    else:
+        ax.set_xlabel(f"HMC transition at λ = {trace['lambda'].iloc[0]:.4g}")
+    ax.set_ylabel("energy −log π_λ(θ)")
+    return ax
+
+
+def plot_evidence(table, x=None, ax=None, reference=None, label=None):
+    """Log evidence of each model with ±2 SE error bars (e.g. against hidden units, Fig. 2a).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        From :func:`~pymc_evidence.compare`.
+    x : dict or sequence, optional
+        Position of each model (e.g. ``{"h=4": 4, ...}``, or values in table order). Default:
+        models in table order, labelled by name.
+    ax : matplotlib Axes, optional
+    reference : dict, optional
+        Exact log evidences by model name, drawn as crosses.
+    label : str, optional
+        Legend label (e.g. the method), so several tables can share one axes.
+    """
+    ax = _axes(ax, 1)
+    names = list(table.index)
+    if x is None:
+        positions = np.arange(len(names))
+        ax.set_xticks(positions, names, rotation=30 if len(names) > 6 else 0)
+    elif isinstance(x, dict):
+        positions = np.array([x[name] for name in names], dtype=float)
+    else:
+        positions = np.asarray(x, dtype=float)
+    order = np.argsort(positions, kind="stable")
+    ax.errorbar(
+        positions[order], table["log_evidence"].to_numpy()[order],
+        yerr=2 * table["se"].to_numpy()[order], fmt="o-", ms=4, capsize=3,
+        label=label or str(table["method"].iloc[0]),
+    )
+    if reference is not None:
+        ax.plot(positions, [reference[name] for name in names], "kx", label="exact")
+    ax.set_ylabel("log evidence")
+    ax.legend()
+    return ax
