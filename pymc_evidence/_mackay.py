@@ -22,7 +22,7 @@ import numpy as np
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.basic import NormalRV
 
-from pymc_evidence._optimize import Optimum, maximize, newton_polish
+from pymc_evidence._optimize import Optimum, climb, maximize, newton_polish
 
 LOG_2PI = float(np.log(2 * np.pi))
 #: a group whose γ_k falls below this × W_k is being switched off by the data (α_k → ∞).
@@ -247,8 +247,11 @@ def fit_mode(
     for iterations in range(1, max_iter + 1):
         objective = objective_for(alpha, beta)
         neg_hessian = neg_hessian_for(alpha, beta)
-        opt = maximize(objective, x, start=start)
-        opt, hess = newton_polish(objective, lambda z: -neg_hessian(z), opt)
+        if iterations == 1:  # from a prior draw: L-BFGS-B, then Newton
+            opt = maximize(objective, x, start=start)
+            opt, hess = newton_polish(objective, lambda z: -neg_hessian(z), opt)
+        else:  # from the previous mode: Newton steps usually suffice
+            opt, hess = climb(objective, lambda z: -neg_hessian(z), x, start=start)
         x = opt.x
         A = -hess
         try:
@@ -289,8 +292,7 @@ def fit_mode(
     # the mode, Hessian and γ at the final hyperparameters
     objective = objective_for(alpha, beta)
     neg_hessian = neg_hessian_for(alpha, beta)
-    opt = maximize(objective, x, start=start)
-    opt, hess = newton_polish(objective, lambda z: -neg_hessian(z), opt)
+    opt, hess = climb(objective, lambda z: -neg_hessian(z), x, start=start)
     A = -hess
     gamma_k = np.full(len(groups.index), np.nan)
     if np.linalg.eigvalsh(A)[0] > 0:

@@ -23,6 +23,7 @@ __all__ = [
     "maximize",
     "multistart",
     "newton_polish",
+    "climb",
     "fd_hessian",
     "starting_points",
     "make_rng",
@@ -121,10 +122,10 @@ def newton_polish(
     """Refine a maximum with Newton steps on the exact Hessian.
 
     A step is taken only while the negative Hessian is positive definite (smallest eigenvalue
-    above 1e-10 × the largest: no huge steps along flat directions) and only if it does
-    not lower the objective; it stops once the Newton decrement ``½ gᵀH⁻¹g`` (the predicted
-    gain, in nats) is below ``tol``. Returns the (possibly unchanged) optimum and the Hessian of
-    the objective at its point.
+    above 1e-10 × the largest: no huge steps along flat directions) and is halved until it
+    does not lower the objective; it stops once the Newton decrement ``½ gᵀH⁻¹g`` (the
+    predicted gain, in nats) is below ``tol``. Returns the (possibly unchanged) optimum and the
+    Hessian of the objective at its point.
     """
     x, value, grad = opt.x, opt.value, opt.grad
     hess = hessian(x)
@@ -133,20 +134,46 @@ def newton_polish(
         eig = np.linalg.eigvalsh(-hess)
         if not eig[0] > 1e-10 * abs(eig[-1]):  # not safely positive definite: no step
             break
-        chol = np.linalg.cholesky(-hess)
-        step = _chol_solve(chol, grad)
+        step = _chol_solve(np.linalg.cholesky(-hess), grad)
         decrement = 0.5 * float(grad @ step)
         if not np.isfinite(decrement) or decrement < tol:
             break
-        x_new = x + step
-        value_new, grad_new = objective(x_new)
-        n_eval += 1
-        if not np.isfinite(value_new) or value_new < value - 1e-12 * max(1.0, abs(value)):
+        for _halving in range(30):
+            value_new, grad_new = objective(x + step)
+            n_eval += 1
+            if np.isfinite(value_new) and value_new >= value - 1e-12 * max(1.0, abs(value)):
+                break
+            step = step / 2
+        else:
             break
-        x, value, grad = x_new, value_new, grad_new
+        x, value, grad = x + step, value_new, grad_new
         hess = hessian(x)
     polished = opt._replace(x=x, value=float(value), grad=grad, n_evaluations=n_eval)
     return polished, hess
+
+
+def climb(
+    objective: Objective,
+    hessian: Callable[[np.ndarray], np.ndarray],
+    x0: np.ndarray,
+    *,
+    start: int = 0,
+    newton_steps: int = 50,
+) -> tuple[Optimum, np.ndarray]:
+    """The mode near a point already close to one: Newton steps first (cheap when the point is
+    the mode of a slightly different objective), L-BFGS-B then Newton if they do not converge.
+    """
+    value, grad = objective(np.asarray(x0, float))
+    opt = Optimum(np.asarray(x0, float), float(value), grad, True, "Newton", 1, start)
+    opt, hess = newton_polish(objective, hessian, opt, steps=newton_steps)
+    try:
+        done = newton_decrement(opt.grad, -hess) < 1e-9
+    except np.linalg.LinAlgError:
+        done = False
+    if not done:
+        opt = maximize(objective, opt.x, start=start)
+        opt, hess = newton_polish(objective, hessian, opt)
+    return opt, hess
 
 
 def newton_decrement(grad: np.ndarray, neg_hess: np.ndarray) -> float:

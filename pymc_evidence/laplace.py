@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import pymc as pm
+from scipy.linalg import solve_triangular
 from scipy.special import logsumexp
 
 from pymc_evidence import _mackay
 from pymc_evidence._optimize import (
     joint_objective,
     make_rng,
-    maximize,
     multistart,
     newton_decrement,
     newton_polish,
@@ -371,7 +371,7 @@ def laplace(
         "symmetry": int(symmetry),
         "mlp_layers": [vars(layer) for layer in layers],
         "framework": framework,
-        "groups": None if framework == "fixed" else _groups_setting(groups, modes),
+        "groups": None if framework == "fixed" else _groups_setting(groups),
         "noise": noise,
         "merge_distance": float(merge_distance),
         "draws": draws,
@@ -546,7 +546,7 @@ def _diagnostics(
     return frame
 
 
-def _groups_setting(groups, modes):
+def _groups_setting(groups):
     if isinstance(groups, dict):
         return {str(k): [v] if isinstance(v, str) else list(v) for k, v in groups.items()}
     if groups is not None:
@@ -565,8 +565,6 @@ def _laplace_draws(density, modes, weights, draws, rng):
             continue
         chol = np.linalg.cholesky(mode.neg_hessian)  # H = L Lᵀ; x = θ* + L⁻ᵀ z
         z = rng.standard_normal((rows.size, density.dim))
-        from scipy.linalg import solve_triangular
-
         X[rows] = mode.x + solve_triangular(chol.T, z.T, lower=False).T
     constrained = density.to_constrained(X)
     return {name: value[None, ...] for name, value in constrained.items()}
