@@ -41,7 +41,7 @@ def conjugate_regression(dim=5, n_obs=30, prior_sd=1.0, noise_sd=0.5, seed=0, na
 def normal_inverse_gamma_regression(dim=3, n_obs=30, a0=1.0, b0=1.0, scale=100.0, seed=0, name=""):
     """Liang-style vague conjugate prior: σ² ~ InvGamma(a0, b0), w | σ² ~ N(0, scale·σ²I).
 
-    log Z = log Γ(a_n) − log Γ(a0) + a0 log b0 − a_n log b_n + ½ log(|V_n| / |V_0|)
+    log Z = log Γ(a_n) − log Γ(a0) + a0 log b0 − a_n log b_n + ½ log(det V_n / det V_0)
     − (n/2) log 2π, with V_n = (XᵀX + V_0⁻¹)⁻¹, m_n = V_n Xᵀy, a_n = a0 + n/2,
     b_n = b0 + ½ (yᵀy − m_nᵀ V_n⁻¹ m_n).
     """
