@@ -19,6 +19,7 @@ __all__ = [
     "annotators",
     "gaussian_mixture_potential",
     "correlated_gaussian",
+    "hierarchical_normal",
 ]
 
 
@@ -166,4 +167,54 @@ def correlated_gaussian(dim=100, correlation=0.9, scale=0.1, prior_sd=1.0, seed=
         theta = pm.Normal("theta", 0.0, prior_sd, shape=dim)
         diff = theta - mean
         pm.Potential("likelihood", log_norm - 0.5 * pm.math.sum(diff * pm.math.dot(precision, diff)))
+    return model, float(log_z)
+
+
+# Rubin's eight schools (Gelman et al., Bayesian Data Analysis, §5.5): effects and standard errors.
+EIGHT_SCHOOLS_Y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+EIGHT_SCHOOLS_SIGMA = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+
+
+def hierarchical_normal(y=None, sigma=None, mu_sd=5.0, tau_sd=5.0, centered=False, name=""):
+    """Eight-schools-like hierarchical normal with known scales; its evidence by 1-D quadrature.
+
+    y_j ~ N(θ_j, σ_j²) with σ_j known, θ_j ~ N(μ, τ²), μ ~ N(0, s_μ²), τ ~ HalfNormal(s_τ)
+    (default data: Rubin's eight schools). Given τ, (μ, θ) are jointly Gaussian and integrate out
+    in closed form, y | τ ~ N(0, Σ(τ)) with Σ(τ) = diag(σ²) + τ² I + s_μ² 11ᵀ, leaving
+
+        log Z = log ∫_0^∞ HalfNormal(τ | s_τ) N(y | 0, Σ(τ)) dτ,
+
+    computed with ``scipy.integrate.quad`` on [0, 40 s_τ] (relative accuracy ~1e-12, checked
+    against a 30,001-point trapezoid rule: far below any Monte Carlo error).
+    ``centered=False`` (default) writes θ_j = μ + τ z_j with z_j ~ N(0, 1), the
+    parameterisation NUTS samples without divergences; the evidence is the same.
+    """
+    from scipy.integrate import quad
+    from scipy.stats import halfnorm
+
+    y = EIGHT_SCHOOLS_Y if y is None else np.asarray(y, dtype=float)
+    sigma = EIGHT_SCHOOLS_SIGMA if sigma is None else np.asarray(sigma, dtype=float)
+    n = y.size
+    ones = np.ones((n, n))
+
+    def log_integrand(tau):
+        cov = np.diag(sigma**2) + tau**2 * np.eye(n) + mu_sd**2 * ones
+        return halfnorm(scale=tau_sd).logpdf(tau) + multivariate_normal(np.zeros(n), cov).logpdf(y)
+
+    upper = 40.0 * tau_sd  # HalfNormal mass beyond 40 s_τ: exp(-800)
+    shift = max(log_integrand(t) for t in np.linspace(0.0, upper, 2001))  # integrand O(1)
+    integral, _ = quad(
+        lambda t: np.exp(log_integrand(t) - shift), 0.0, upper,
+        points=[tau_sd, 2 * tau_sd, 4 * tau_sd], limit=500, epsabs=0.0, epsrel=1e-12,
+    )
+    log_z = shift + np.log(integral)
+    with pm.Model(name=name) as model:
+        mu = pm.Normal("mu", 0.0, mu_sd)
+        tau = pm.HalfNormal("tau", tau_sd)
+        if centered:
+            theta = pm.Normal("theta", mu, tau, shape=n)
+        else:
+            z = pm.Normal("z", 0.0, 1.0, shape=n)
+            theta = pm.Deterministic("theta", mu + tau * z)
+        pm.Normal("y", theta, sigma, observed=y)
     return model, float(log_z)
