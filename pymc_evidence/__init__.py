@@ -1,4 +1,5 @@
 from pymc_evidence.bic import bic
+from pymc_evidence.bridge import bridge
 from pymc_evidence.laplace import laplace
 from pymc_evidence.symmetry import MLPLayer, mlp_symmetry
 from pymc_evidence.compare import METHODS, compare

@@ -11,6 +11,7 @@ from scipy.special import logsumexp
 
 from pymc_evidence._compat import model_types
 from pymc_evidence.bic import bic
+from pymc_evidence.bridge import bridge
 from pymc_evidence.density import validate_model
 from pymc_evidence.laplace import laplace
 from pymc_evidence.thermodynamic import thermodynamic
@@ -18,7 +19,7 @@ from pymc_evidence.thermodynamic import thermodynamic
 __all__ = ["compare", "METHODS"]
 
 #: Estimators ``compare`` can run, by name.
-METHODS = {"thermodynamic": thermodynamic, "laplace": laplace, "bic": bic}
+METHODS = {"thermodynamic": thermodynamic, "laplace": laplace, "bic": bic, "bridge": bridge}
 
 COLUMNS = [
     "rank", "log_evidence", "se", "d_log_evidence", "dse", "log_bayes_factor", "weight",
@@ -102,7 +103,7 @@ def compare(
     ----------
     models : list of pymc.Model or dict of {str: pymc.Model}
         A list takes names from the models' ``name`` (``model_0``, ``model_1``, ... if unnamed).
-    method : {"thermodynamic", "laplace", "bic"}, default "thermodynamic"
+    method : {"thermodynamic", "laplace", "bic", "bridge"}, default "thermodynamic"
     prior_model_probs : dict or sequence of float, optional
         Prior model probabilities p(M_i) (positive, summing to 1); uniform by default.
     executor : concurrent.futures.Executor, optional
