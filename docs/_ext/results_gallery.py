@@ -1,0 +1,273 @@
+"""Sphinx extension: the gallery page, generated at build time from committed results.
+
+The example and benchmark scripts write their figures and tables to ``examples/results/`` and
+``benchmarks/results/``. At ``builder-inited`` this extension lists those directories and writes
+``docs/_gallery_items.md`` (MyST markdown), which ``docs/gallery.md`` includes. So a newly
+committed figure appears in the next build without editing the docs, and a build with no
+results at all is still clean (the page then says so).
+
+What is shown, per results directory (``results_gallery_sources`` in ``conf.py``):
+
+* files are grouped by the script that wrote them: ``robot_arm_fig2a.png`` belongs to
+  ``examples/robot_arm.py`` (file name = script name, or script name + ``_``/``-`` + anything);
+  the group is headed by the script's name and the first line of its docstring; files that match
+  no script go to "Other results";
+* figures (``.png``, ``.svg``, ``.jpg``, ``.jpeg``, ``.gif``): a figure, captioned with the file
+  name;
+* tables (``.csv``): the first ``MAX_TABLE_ROWS`` rows as a table, with a download link to the
+  whole file;
+* write-ups (``.md``): included as they are, headings shifted below the group's heading;
+* text (``.txt``, ``.json``): a literal block (up to ``MAX_TEXT_BYTES``), else a download link;
+* anything else is ignored (e.g. ``.nc`` files, which are not committed).
+
+The generated file is rewritten only when its content changes, so Sphinx's incremental builds
+re-read the gallery exactly when the set or content of the results changed.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import io
+import os
+import re
+from pathlib import Path
+
+FIGURES = (".png", ".svg", ".jpg", ".jpeg", ".gif")
+TABLES = (".csv",)
+WRITEUPS = (".md",)
+TEXTS = (".txt", ".json")
+MAX_TABLE_ROWS = 40
+MAX_TEXT_BYTES = 20_000
+#: The page that includes the generated file; paths in it are relative to this page.
+GALLERY_PAGE = "gallery.md"
+#: The generated file, in the same directory as the page: MyST resolves ``:relative-images:``
+#: of a nested include from the including file's directory, Sphinx from the page's.
+GENERATED = "_gallery_items.md"
+
+
+def _script_summary(script: Path) -> str:
+    """First line of a script's module docstring ('' if it has none or does not parse)."""
+    try:
+        doc = ast.get_docstring(ast.parse(script.read_text(encoding="utf-8")))
+    except (SyntaxError, UnicodeDecodeError, OSError):
+        return ""
+    return doc.strip().splitlines()[0].strip() if doc else ""
+
+
+def _owner(stem: str, scripts: list[str]) -> str | None:
+    """The script (stem) that wrote a result file: the longest script name it starts with."""
+    matches = [
+        s for s in scripts if stem == s or re.match(re.escape(s) + r"[_\-.]", stem)
+    ]
+    return max(matches, key=len) if matches else None
+
+
+def _title(path: Path) -> str:
+    return path.stem.replace("_", " ").replace("-", " ")
+
+
+def _fence(lines: list[str]) -> str:
+    """A backtick fence longer than any run of backticks inside ``lines``."""
+    longest = max((len(m) for line in lines for m in re.findall(r"`+", line)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _format_cell(value: str) -> str:
+    """Long floats to 6 significant digits; everything else unchanged."""
+    text = value.strip()
+    if re.fullmatch(r"[-+]?\d*\.\d{7,}(e[-+]?\d+)?|[-+]?\d+(\.\d+)?e[-+]?\d+", text, re.I):
+        try:
+            return f"{float(text):.6g}"
+        except ValueError:
+            return value
+    return value
+
+
+def _csv_block(path: Path, rel: str) -> list[str]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    if not rows:
+        return [f"*{path.name} is empty.*", ""]
+    header, body = rows[0], rows[1:]
+    if not body:
+        return [f"*{path.name} has no rows* (columns: {', '.join(header)}).", ""]
+    shown = body[:MAX_TABLE_ROWS]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([[_format_cell(c) for c in row] for row in shown])
+    content = out.getvalue().splitlines()
+    fence = _fence(content)
+    lines = [f"{fence}{{csv-table}} {path.name}", ":header-rows: 1", ":class: gallery-table", ""]
+    lines += content + [fence, ""]
+    more = f"first {len(shown)} of {len(body)} rows; " if len(body) > len(shown) else ""
+    lines += [f"({more}{{download}}`download {path.name} <{rel}>`)", ""]
+    return lines
+
+
+def _figure_block(path: Path, rel: str) -> list[str]:
+    return [
+        f"```{{figure}} {rel}",
+        f":alt: {_title(path)}",
+        ":width: 100%",
+        "",
+        f"{_title(path)} (`{path.name}`)",
+        "```",
+        "",
+    ]
+
+
+def _writeup_block(path: Path, rel: str, level: int) -> list[str]:
+    return [
+        f"```{{include}} {rel}",
+        f":heading-offset: {level}",
+        ":relative-images:",
+        "```",
+        "",
+    ]
+
+
+def _text_block(path: Path, rel: str) -> list[str]:
+    if path.stat().st_size > MAX_TEXT_BYTES:
+        return [f"{{download}}`{path.name} <{rel}>` ({path.stat().st_size // 1024} kB)", ""]
+    language = "json" if path.suffix == ".json" else "text"
+    return [
+        f"```{{literalinclude}} {rel}",
+        f":language: {language}",
+        f":caption: {path.name}",
+        "```",
+        "",
+    ]
+
+
+def _kind_order(path: Path) -> int:
+    suffix = path.suffix.lower()
+    for rank, kinds in enumerate((WRITEUPS, FIGURES, TABLES, TEXTS)):
+        if suffix in kinds:
+            return rank
+    return len(FIGURES)
+
+
+def render(repo: Path, page_dir: Path, sources) -> str:
+    """The gallery's markdown for ``sources``: (title, results dir, scripts dir) relative to
+    ``repo``; file paths in the output are relative to ``page_dir`` (the including page)."""
+    shown = FIGURES + TABLES + WRITEUPS + TEXTS
+    lines = [
+        "<!-- Generated by docs/_ext/results_gallery.py at build time: do not edit. -->",
+        "",
+    ]
+    for title, results_dir, scripts_dir in sources:
+        results = repo / results_dir
+        scripts = sorted(p.stem for p in (repo / scripts_dir).glob("*.py")) if scripts_dir else []
+        files = sorted(
+            p for p in results.glob("*") if p.is_file() and p.suffix.lower() in shown
+        ) if results.is_dir() else []
+        lines += [f"## {title}", ""]
+        if not files:
+            lines += [
+                f"No results are committed in `{results_dir}/` yet. Figures (PNG/SVG), tables "
+                f"(CSV) and write-ups (Markdown) that the scripts in `{scripts_dir}/` write there "
+                "appear here at the next build.",
+                "",
+            ]
+            continue
+        groups: dict[str | None, list[Path]] = {}
+        for path in files:
+            groups.setdefault(_owner(path.stem, scripts), []).append(path)
+        for owner in sorted(groups, key=lambda s: (s is None, s or "")):
+            if owner is None:
+                lines += ["### Other results", ""]
+            else:
+                script = repo / scripts_dir / f"{owner}.py"
+                lines += [f"### `{scripts_dir}/{owner}.py`", ""]
+                summary = _script_summary(script)
+                if summary:
+                    lines += [summary, ""]
+            for path in sorted(groups[owner], key=lambda p: (_kind_order(p), p.name)):
+                rel = os.path.relpath(path, page_dir).replace(os.sep, "/")
+                suffix = path.suffix.lower()
+                if suffix in FIGURES:
+                    lines += _figure_block(path, rel)
+                elif suffix in TABLES:
+                    lines += _csv_block(path, rel)
+                elif suffix in WRITEUPS:
+                    lines += _writeup_block(path, rel, level=3)
+                else:
+                    lines += _text_block(path, rel)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _generate(app) -> None:
+    srcdir = Path(app.srcdir)
+    repo = srcdir.parent
+    page_dir = (srcdir / GALLERY_PAGE).parent
+    text = render(repo, page_dir, app.config.results_gallery_sources)
+    target = srcdir / GENERATED
+    if not target.exists() or target.read_text(encoding="utf-8") != text:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+
+def _result_file_links():
+    """The transform class, built here so that :func:`render` imports without Sphinx."""
+    from docutils import nodes
+    from sphinx import addnodes
+    from sphinx.transforms import SphinxTransform
+
+    class ResultFileLinks(SphinxTransform):
+        """Links in an included write-up to files beside it become download links.
+
+        A write-up in ``examples/results/`` is written to be read on GitHub, where
+        ``[table](robot_arm.csv)`` or ``[script](../robot_arm.py)`` point at files. In the
+        docs these are not documents, and MyST would report each as a missing cross-reference
+        (an error under ``-W``). Here, before references are resolved, such a link to an
+        existing file outside the documentation becomes a download link (the file is copied
+        into the HTML output); a link to a directory keeps its text only. Links anywhere else
+        are left to MyST.
+        """
+
+        default_priority = 100
+
+        def apply(self, **kwargs) -> None:
+            srcdir = Path(self.env.srcdir).resolve()
+            results_dirs = [
+                (srcdir.parent / d).resolve() for _, d, _ in self.config.results_gallery_sources
+            ]
+            page_dir = (srcdir / self.env.docname).parent
+            for node in list(self.document.findall(addnodes.pending_xref)):
+                if node.get("reftype") != "myst" or not node.source:
+                    continue
+                source = Path(node.source).resolve()
+                if not any(source.is_relative_to(d) for d in results_dirs):
+                    continue
+                target = node["reftarget"].split("#")[0]
+                if not target or "://" in target:
+                    continue
+                path = (source.parent / target).resolve()
+                if not path.exists() or path.is_relative_to(srcdir):
+                    continue
+                text = node.astext() or path.name
+                if path.is_dir():
+                    node.replace_self(nodes.inline(text, text))
+                    continue
+                link = addnodes.download_reference(
+                    "", "", refdoc=self.env.docname, refdomain="", reftype="download",
+                    refexplicit=True, refwarn=False,
+                    reftarget=os.path.relpath(path, page_dir).replace(os.sep, "/"),
+                )
+                link += nodes.inline(text, text)
+                node.replace_self(link)
+
+    return ResultFileLinks
+
+
+def setup(app):
+    app.add_config_value(
+        "results_gallery_sources",
+        [("Examples", "examples/results", "examples")],
+        "env",
+    )
+    app.connect("builder-inited", _generate)
+    app.add_transform(_result_file_links())
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

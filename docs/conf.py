@@ -1,0 +1,73 @@
+"""Sphinx configuration of the pymc-evidence documentation.
+
+Build: ``make docs`` (or ``sphinx-build -W --keep-going -b html docs docs/_build/html``).
+The API reference is generated from the docstrings (autosummary + numpydoc); the gallery page
+is generated at build time from the files in ``examples/results/`` and ``benchmarks/results/``
+(see ``_ext/results_gallery.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+DOCS = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(DOCS, "_ext"))
+
+project = "pymc-evidence"
+author = "the pymc-evidence developers"
+copyright = "2025, the pymc-evidence developers"
+try:
+    release = version("pymc-evidence")
+except PackageNotFoundError:  # building from a checkout that is not installed
+    release = "0.1.0"
+version = ".".join(release.split(".")[:2])
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.mathjax",
+    "sphinx.ext.viewcode",
+    "numpydoc",
+    "results_gallery",
+]
+
+source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
+root_doc = "index"
+exclude_patterns = ["_build", "_gallery_items.md", "Thumbs.db", ".DS_Store"]
+templates_path = ["_templates"]
+
+# --- MyST -----------------------------------------------------------------------------------
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+# --- API reference --------------------------------------------------------------------------
+autosummary_generate = True
+autosummary_imported_members = True
+autodoc_typehints = "none"  # the numpydoc Parameters sections carry the types
+autodoc_member_order = "bysource"
+autodoc_default_options = {"members": True}
+numpydoc_show_class_members = False
+numpydoc_class_members_toctree = False
+numpydoc_xref_param_type = False
+
+# --- HTML -----------------------------------------------------------------------------------
+html_theme = "pydata_sphinx_theme"
+html_title = f"pymc-evidence {release}"
+html_static_path = []
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_toc_level": 2,
+    "navbar_align": "left",
+    "footer_start": ["copyright"],
+    "footer_end": ["sphinx-version", "theme-version"],
+}
+html_sidebars = {"index": [], "getting_started": []}
+
+# --- results gallery (docs/_ext/results_gallery.py) ------------------------------------------
+results_gallery_sources = [
+    ("Examples", "examples/results", "examples"),
+    ("Benchmarks", "benchmarks/results", "benchmarks"),
+]
