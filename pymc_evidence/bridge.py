@@ -297,10 +297,10 @@ def _iterate(l1, l2, log_s1, log_s2, max_iter, tol) -> _Iteration:
     return _Iteration(log_r, t, bool(change < tol), change, np.asarray(path))
 
 
-def _ess(values: np.ndarray) -> float:
-    """ArviZ's (bulk) effective sample size of a (chain, draw) array; NaN if undefined."""
+def _ess(values: np.ndarray, method: str = "bulk") -> float:
+    """ArviZ's effective sample size of a (chain, draw) array; NaN if undefined."""
     try:
-        return float(az.ess(np.asarray(values, dtype=float)))
+        return float(az.ess(np.asarray(values, dtype=float), method=method))
     except Exception:  # constant or too short arrays
         return np.nan
 
@@ -311,15 +311,16 @@ def _relative_error(log_z, t1, g1, t2, g2, log_s1, log_s2, shape):
     RE² = Var_g(f1)/(N2 E_g[f1]²) + Var_p(f2)/(ESS(f2) E_p[f2]²), with p the normalised target
     (posterior, or its warp-III version), g the proposal, f1 = p/(s1 p + s2 g) at the proposal
     draws (independent) and f2 = g/(s1 p + s2 g) at the posterior draws, whose autocorrelation
-    enters through ArviZ's ESS of f2 (N1/ESS is the normalised spectral density at zero that
-    Frühwirth-Schnatter and ``bridgesampling::error_measures`` use).
+    enters through ArviZ's ESS of f2 for a mean (``method="mean"``; N1/ESS is the normalised
+    spectral density at zero that Frühwirth-Schnatter and ``bridgesampling::error_measures``
+    use).
     """
     log_p2 = t2 - log_z
     f1 = np.exp(log_p2 - np.logaddexp(log_s1 + log_p2, log_s2 + g2))
     log_p1 = t1 - log_z
     f2 = np.exp(g1 - np.logaddexp(log_s1 + log_p1, log_s2 + g1))
     term1 = float(np.var(f1, ddof=1) / (f1.size * np.mean(f1) ** 2))
-    ess_f2 = _ess(f2.reshape(shape))
+    ess_f2 = _ess(f2.reshape(shape), method="mean")  # the ESS of a mean, not rank-based
     var_f2 = float(np.var(f2, ddof=1))
     if var_f2 == 0.0:
         term2 = 0.0
@@ -394,7 +395,7 @@ def bridge(
         \quad f_1 = \frac{p}{s_1 p + s_2 g}, \quad f_2 = \frac{g}{s_1 p + s_2 g},
 
     with :math:`p = q/\hat Z` and :math:`\rho_{f_2}(0) = N_1 / \mathrm{ESS}(f_2)` the
-    autocorrelation of the posterior-draw terms; since
+    autocorrelation of the posterior-draw terms (ArviZ's ESS for a mean); since
     :math:`\mathbb{V}[\log\hat Z] \approx \mathrm{RE}^2`, ``se`` is :math:`\sqrt{\mathrm{RE}^2}`.
 
     Parameters
@@ -451,7 +452,7 @@ def bridge(
         ``proposal_condition_number``, ``proposal_jitter``, ``re2_proposal`` and
         ``re2_posterior`` (the two terms of RE²), ``re2``, ``cv`` (:math:`\sqrt{\mathrm{RE}^2}`),
         ``nonfinite_posterior``, ``nonfinite_proposal`` (draws with a non-finite log density),
-        ``divergences``. ``estimates`` holds ``re2``, ``cv`` and ``log_evidence_first_iteration``;
+        ``divergences``. ``estimates`` holds ``cv`` and ``log_evidence_first_iteration``;
         ``posterior`` the constrained draws and ``sample_stats`` their ``log_prior`` and
         ``log_likelihood``.
 
@@ -710,7 +711,6 @@ def bridge(
         posterior=draws_out,
         sample_stats=sample_stats,
         estimates={
-            "re2": float(re2),
             "cv": cv,
             "log_evidence_first_iteration": float(result.path[0]),
         },
