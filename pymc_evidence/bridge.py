@@ -452,7 +452,7 @@ def bridge(
         ``proposal_condition_number``, ``proposal_jitter``, ``re2_proposal`` and
         ``re2_posterior`` (the two terms of RE²), ``re2``, ``cv`` (:math:`\sqrt{\mathrm{RE}^2}`),
         ``nonfinite_posterior``, ``nonfinite_proposal`` (draws with a non-finite log density),
-        ``divergences``. ``estimates`` holds ``cv`` and ``log_evidence_first_iteration``;
+        ``divergences``. ``estimates`` holds ``re2``, ``cv`` and ``log_evidence_first_iteration``;
         ``posterior`` the constrained draws and ``sample_stats`` their ``log_prior`` and
         ``log_likelihood``.
 
@@ -711,6 +711,7 @@ def bridge(
         posterior=draws_out,
         sample_stats=sample_stats,
         estimates={
+            "re2": float(re2),
             "cv": cv,
             "log_evidence_first_iteration": float(result.path[0]),
         },
