@@ -235,7 +235,8 @@ def mutate(
 
     Transitions repeat until both the parameters (mean absolute correlation per coordinate,
     across chains) and the log likelihood have correlation below ``decorrelation`` with their
-    values at the start, or ``max_transitions`` is reached. The step size adapts to
+    values at the start, until that correlation stops falling (chains held in separate modes),
+    or until ``max_transitions``. The step size adapts to
     ``target_accept`` after every transition. The number of leapfrog steps is drawn uniformly
     around ``trajectory_length / step_size`` (±50 %, at most ``max_leapfrog``): in units of
     the metric a Gaussian target is isotropic, and a random trajectory length avoids the
@@ -244,7 +245,7 @@ def mutate(
     """
     start, start_ll = state.position, state.log_likelihood
     K = start.shape[0]
-    acceptance, divergences, traced = [], 0, []
+    acceptance, divergences, traced, history = [], 0, [], []
     for transition in range(1, max_transitions + 1):
         mean_steps = trajectory_length / step_size
         n_leapfrog = int(
@@ -260,7 +261,11 @@ def mutate(
             _correlation(start, state.position),
             _correlation(start_ll[:, None], state.log_likelihood[:, None]),
         )
-        if correlation < decorrelation:
+        history.append(correlation)
+        # Chains stuck in separate modes keep their correlation with the start however long
+        # they move: stop once it no longer falls (by 10 % over two transitions).
+        stalled = len(history) >= 3 and history[-1] > 0.9 * history[-3]
+        if correlation < decorrelation or stalled:
             break
     traced_prior, traced_lik = (np.array(values) for values in zip(*traced))
     stats = MutationStats(
