@@ -182,9 +182,11 @@ def _plain(values: np.ndarray) -> np.ndarray:
 
 
 def _draws_dataset(draws: dict) -> xr.Dataset:
-    data_vars = {}
+    """Draws with leading (chain, draw) dims, with coordinates as ArviZ's plots expect."""
+    data_vars, coords = {}, {}
     for name, values in draws.items():
         values = np.asarray(values)
         dims = ["chain", "draw"] + [f"{name}_dim_{i}" for i in range(values.ndim - 2)]
         data_vars[name] = (dims, values)
-    return xr.Dataset(data_vars)
+        coords.update({dim: np.arange(size) for dim, size in zip(dims, values.shape)})
+    return xr.Dataset(data_vars, coords=coords)

@@ -69,3 +69,14 @@ def test_arviz_and_netcdf_round_trip(result, tmp_path):
     np.testing.assert_allclose(loaded.posterior["w"], result.posterior["w"])
     assert loaded.estimates == result.estimates
     assert loaded.trace.shape == result.trace.shape
+
+
+def test_arviz_own_plots(result):
+    import matplotlib.pyplot as plt
+
+    data = result.to_arviz()
+    for plot in (az.plot_trace, az.plot_ess):
+        plot(data, var_names=["w"])
+        plt.close("all")
+    summary = az.summary(data, var_names=["w"])
+    assert len(summary) == 3
