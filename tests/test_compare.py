@@ -104,3 +104,17 @@ def test_bad_input(annotators):
         pm.Normal("y", 0, 1, observed=1.0)
     with pytest.raises(ValueError, match="model 'flat': free variable 'mu' has an improper prior"):
         pm_evidence.compare({"flat": flat, **models})
+
+
+def test_executor_gives_identical_table():
+    from concurrent.futures import ProcessPoolExecutor
+
+    models = {
+        "informative": testing.beta_binomial()[0],
+        "flat": testing.beta_binomial(alpha=1.0, beta=1.0)[0],
+    }
+    options = dict(random_seed=5, progressbar=False, target_se=None)
+    sequential = pm_evidence.compare(models, **options)
+    with ProcessPoolExecutor(max_workers=2) as executor:
+        parallel = pm_evidence.compare(models, executor=executor, **options)
+    pd.testing.assert_frame_equal(parallel, sequential)

@@ -115,3 +115,18 @@ def test_bad_options(regression5, options, message):
     model, _ = regression5
     with pytest.raises(ValueError, match=message):
         pm_evidence.thermodynamic(model, progressbar=False, **options)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hidden_units", [2, 8])
+def test_robot_arm_mlp_runs_to_completion(hidden_units):
+    # pm.sample_smc crashes on this model at h = 2 (benchmarks/results/thermodynamic_vs_smc.md)
+    model = testing.robot_arm_mlp(hidden_units)
+    result = pm_evidence.thermodynamic(
+        model, random_seed=1, progressbar=False, target_se=None, n_particles=128
+    )
+    assert np.isfinite(result.log_evidence) and np.isfinite(result.se)
+    assert result.diagnostics["lambda"].iloc[-1] == 1.0
+    # the data fix the noise level: posterior noise sd near the true 0.05
+    noise_sd = 1 / np.sqrt(result.posterior["beta"])
+    assert 0.03 < np.median(noise_sd) < 0.2
