@@ -10,7 +10,11 @@ honest standard error.
 
 from __future__ import annotations
 
+import json
+import os
+import pickle
 import time
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -130,20 +134,30 @@ def _check_prior_population(density, state: kernels.HMCState) -> None:
         )
 
 
-def _run_round(rng, density, n_groups, n_particles, ladder, step_sizes, options, progress):
+def _run_round(
+    rng, density, n_groups, n_particles, ladder, step_sizes, options, progress,
+    partial=None, on_stage=None,
+):
     """One tempered SMC run of ``n_groups`` independent groups sharing one ladder.
 
-    With ``ladder=None`` the ladder is built adaptively from the pooled population.
+    With ``ladder=None`` the ladder is built adaptively from the pooled population. ``partial``
+    (a :class:`_Round` whose last stage has λ < 1) continues an interrupted round;
+    ``on_stage`` is called with the round so far after every finished stage.
     """
     G, n = n_groups, n_particles
-    state = kernels.init(density, density.prior_draws(rng, G * n))
-    _check_prior_population(density, state)
-    log_weights = np.full((G, n), -np.log(n))
-    prior_mean_ll, prior_var_ll = _weighted_moments(
-        state.log_likelihood.reshape(G, n), log_weights
-    )
-    step_size = step_sizes[0] if step_sizes else 1.0 / density.dim**0.25
-    stages, lam = [], 0.0
+    if partial is None:
+        state = kernels.init(density, density.prior_draws(rng, G * n))
+        _check_prior_population(density, state)
+        log_weights = np.full((G, n), -np.log(n))
+        prior_mean_ll, prior_var_ll = _weighted_moments(
+            state.log_likelihood.reshape(G, n), log_weights
+        )
+        step_size = step_sizes[0] if step_sizes else 1.0 / density.dim**0.25
+        stages, lam = [], 0.0
+    else:
+        prior_mean_ll, prior_var_ll, stages, state, log_weights = partial
+        stages = list(stages)
+        lam, step_size = stages[-1].lam, stages[-1].move.step_size
     while lam < 1.0:
         k = len(stages)
         ll = state.log_likelihood.reshape(G, n)
@@ -188,6 +202,8 @@ def _run_round(rng, density, n_groups, n_particles, ladder, step_sizes, options,
                    to_resample.size / G, move)
         )
         progress(lam, stages)
+        if on_stage is not None:
+            on_stage(_Round(prior_mean_ll, prior_var_ll, stages, state, log_weights))
     return _Round(prior_mean_ll, prior_var_ll, stages, state, log_weights)
 
 
@@ -330,6 +346,7 @@ def thermodynamic(
     decorrelation: float = 0.2,
     max_transitions: int = 20,
     mass_matrix: str = "auto",
+    checkpoint=None,
     backend: str = "c",
     random_seed=None,
     progressbar: bool = True,
@@ -373,6 +390,11 @@ def thermodynamic(
         Inverse mass matrix estimated from the weighted population at each rung: the dense
         covariance (handles correlated posteriors) or its diagonal. "auto" is dense up to
         ``DENSE_MASS_MAX_DIM`` parameters.
+    checkpoint : str or path, optional
+        File where every finished stage is saved (atomically, with the random generator's
+        state). If it exists, the run resumes after its last finished stage and returns exactly
+        what an uninterrupted run would; a finished run is returned without sampling. A
+        checkpoint written with other settings or another model raises an error.
     backend : {"c", "numba"}, default "c"
         PyTensor backend for the compiled density.
     random_seed : int, sequence, numpy.random.Generator or None
@@ -439,6 +461,7 @@ def thermodynamic(
         resample_threshold=resample_threshold, target_accept=target_accept,
         trajectory_length=trajectory_length, max_leapfrog=max_leapfrog, decorrelation=decorrelation,
         max_transitions=max_transitions, mass_matrix=mass_matrix, backend=backend,
+        ladder=None if ladder is None else ladder.tolist(),
     )
     options = dict(
         target_cess=target_cess,
@@ -454,23 +477,35 @@ def thermodynamic(
         mass_matrix == "auto" and density.dim <= DENSE_MASS_MAX_DIM
     )
 
+    store = _Checkpoint(checkpoint, settings, density, random_seed)
+    rounds = store.load(rng)
     bar = _ProgressBar(progressbar)
-    rounds = [
-        _run_round(rng, density, n_groups, n_particles, ladder, None, options, bar.update)
-    ]
+
+    def run(index, groups, ladder, step_sizes):
+        partial = rounds[index] if index < len(rounds) else None
+        if partial is not None and partial.stages and partial.stages[-1].lam == 1.0:
+            return
+        bar.new_round(index + 1)
+
+        def save(current):
+            rounds[index:] = [current]
+            store.save(rng, rounds)
+
+        rounds[index:] = [
+            _run_round(rng, density, groups, n_particles, ladder, step_sizes, options,
+                       bar.update, partial=partial, on_stage=save)
+        ]
+
+    run(0, n_groups, ladder, None)
     ladder = np.array([0.0] + [s.lam for s in rounds[0].stages])
     step_sizes = [s.move.step_size for s in rounds[0].stages]
-    estimate = _estimate(rounds)
+    estimate = _estimate(rounds[:1])
     groups = n_groups
     if target_se is not None and estimate.se > target_se and groups < max_groups:
         wanted = int(np.ceil(groups * (estimate.se / target_se) ** 2 * 1.1))
         extra = min(wanted, max_groups) - groups
-        bar.new_round(len(rounds) + 1)
-        rounds.append(
-            _run_round(rng, density, extra, n_particles, ladder, step_sizes, options, bar.update)
-        )
+        run(1, extra, ladder, step_sizes)
         groups += extra
-        estimate = _estimate(rounds)
     bar.close()
     sampled = time.perf_counter()
 
@@ -608,6 +643,42 @@ def _final_draws(rng, density, rounds, n_particles):
         "log_prior": np.concatenate(log_prior).reshape(G, n_particles),
     }
     return posterior, sample_stats
+
+
+class _Checkpoint:
+    """Atomic per-stage saves of a run's rounds and random state, and their reloading."""
+
+    def __init__(self, path, settings, density, random_seed):
+        self.path = None if path is None else Path(path)
+        seed = random_seed if isinstance(random_seed, (int, np.integer, type(None))) else "generator"
+        self.key = json.dumps(
+            {"settings": settings, "names": density.names, "dim": density.dim,
+             "model": density.model.name, "seed": None if seed is None else str(seed)},
+            sort_keys=True, default=str,
+        )
+
+    def load(self, rng) -> list:
+        if self.path is None or not self.path.exists():
+            return []
+        with open(self.path, "rb") as file:
+            saved = pickle.load(file)
+        if saved["key"] != self.key:
+            raise ValueError(
+                f"checkpoint {self.path} was written by a run with other settings or another "
+                "model; delete it or pass another checkpoint path"
+            )
+        rng.bit_generator.state = saved["rng"]
+        return saved["rounds"]
+
+    def save(self, rng, rounds) -> None:
+        if self.path is None:
+            return
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        with open(temporary, "wb") as file:
+            pickle.dump({"key": self.key, "rng": rng.bit_generator.state, "rounds": rounds}, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, self.path)
 
 
 class _ProgressBar:

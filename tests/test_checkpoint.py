@@ -1,0 +1,66 @@
+"""Checkpointed runs survive being killed and resume to exactly the uninterrupted result."""
+
+import pickle
+import subprocess
+import sys
+import time
+
+import pytest
+
+import pymc_evidence as pm_evidence
+from pymc_evidence import testing
+
+OPTIONS = dict(random_seed=17, progressbar=False, target_se=None)
+SCRIPT = """
+import sys
+import pymc_evidence as pm_evidence
+from pymc_evidence import testing
+model, _ = testing.conjugate_regression(dim=20, n_obs=50)
+pm_evidence.thermodynamic(model, checkpoint=sys.argv[1], **OPTIONS)
+"""
+
+
+def finished_stages(path):
+    try:
+        with open(path, "rb") as file:
+            rounds = pickle.load(file)["rounds"]
+    except (FileNotFoundError, EOFError, pickle.UnpicklingError):
+        return 0
+    return sum(len(r.stages) for r in rounds)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return testing.conjugate_regression(dim=20, n_obs=50)[0]
+
+
+def test_killed_run_resumes_to_identical_result(model, tmp_path):
+    path = tmp_path / "run.ckpt"
+    script = f"OPTIONS = {OPTIONS!r}\n" + SCRIPT
+    process = subprocess.Popen([sys.executable, "-c", script, str(path)])
+    deadline = time.monotonic() + 300
+    while finished_stages(path) < 3:
+        assert process.poll() is None, "the run ended before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    process.kill()
+    process.wait()
+    interrupted_at = finished_stages(path)
+    assert path.exists()
+
+    resumed = pm_evidence.thermodynamic(model, checkpoint=path, **OPTIONS)
+    uninterrupted = pm_evidence.thermodynamic(model, **OPTIONS)
+    assert len(resumed.diagnostics) > interrupted_at
+    assert resumed.log_evidence == uninterrupted.log_evidence
+    assert resumed.se == uninterrupted.se
+    assert resumed.diagnostics.equals(uninterrupted.diagnostics)
+
+
+def test_finished_checkpoint_is_not_rerun_and_guards_settings(model, tmp_path):
+    path = tmp_path / "run.ckpt"
+    first = pm_evidence.thermodynamic(model, checkpoint=path, **OPTIONS)
+    again = pm_evidence.thermodynamic(model, checkpoint=path, **OPTIONS)
+    assert again.log_evidence == first.log_evidence
+    assert again.timing["sampling"] < 0.1 * first.timing["sampling"]
+    with pytest.raises(ValueError, match="written by a run with other settings"):
+        pm_evidence.thermodynamic(model, checkpoint=path, **dict(OPTIONS, n_particles=128))
