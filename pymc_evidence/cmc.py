@@ -1,0 +1,759 @@
+"""Contour Monte Carlo (Liang 2005): relative evidences of several models in one run.
+
+The sample space of the joint posterior f(ω, H | D) over a list of models is partitioned by
+model index, E_i = {(ω_i, H_i)}. A stochastic-approximation sampler learns weights ĝ(E_i)
+that make every model visited equally often; at convergence ĝ(E_i) ∝ ∫_{E_i} ψ = p(D | H_i),
+so ratios of ĝ are ratios of evidences (Liang 2005, §2.1 and Theorem 1).
+
+Two layers, as in the rest of the package:
+
+* :func:`cmc_core`: the algorithm of §2.1 for *any* sampler on *any* partition, with no PyMC in
+  sight (tested on Liang's 10-state example, Tables 1–2). It runs R independent replicas at
+  once (arrays with a leading replica axis), whose spread gives the standard error.
+* :func:`cmc`: the estimator over a list of PyMC models, with HMC moves within a model and
+  independence proposals (multivariate t fitted to each model's pilot posterior draws) between
+  models.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, NamedTuple
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+from scipy.special import gammaln, logsumexp
+
+from pymc_evidence import kernels
+from pymc_evidence.density import get_density
+from pymc_evidence.results import EvidenceResult, warn
+
+__all__ = ["cmc", "cmc_core", "delta_schedule", "stability_statistic", "CMCCoreResult"]
+
+
+# ============================================================================ the core (§2.1)
+def delta_schedule(delta_1: float = 0.1, delta_end: float = 1e-6) -> np.ndarray:
+    """Modification factors δ_1 > δ_2 > … of the stages: δ_{s+1} = √(1 + δ_s) − 1 while δ ≥ δ_end.
+
+    (Liang 2005, §2.1.) For small δ this halves δ at every stage.
+    """
+    if not delta_1 > 0:
+        raise ValueError(f"delta_1 must be positive, got {delta_1!r}")
+    if not 0 < delta_end <= delta_1:
+        raise ValueError(f"delta_end must be in (0, delta_1={delta_1}], got {delta_end!r}")
+    deltas = [float(delta_1)]
+    while True:
+        nxt = np.sqrt(1.0 + deltas[-1]) - 1.0
+        if nxt < delta_end:
+            break
+        deltas.append(float(nxt))
+    return np.array(deltas)
+
+
+def stability_statistic(counts_before: np.ndarray, counts_now: np.ndarray) -> np.ndarray:
+    """Liang's S_k = (1/m) Σ_i |Rf_{i,(k+1)b} / Rf_{i,kb} − 1| per replica, with 0/0 := 1.
+
+    Parameters
+    ----------
+    counts_before, counts_now : ndarray (R, m)
+        Visit counts of each region within the stage at iterations kb and (k+1)b.
+
+    Returns
+    -------
+    ndarray (R,)
+        ``inf`` where a region visited now was unvisited before (its frequency is not stable).
+    """
+    before = counts_before / np.maximum(counts_before.sum(axis=1, keepdims=True), 1)
+    now = counts_now / np.maximum(counts_now.sum(axis=1, keepdims=True), 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(before > 0, now / np.where(before > 0, before, 1.0), np.where(now > 0, np.inf, 1.0))
+    return np.mean(np.abs(ratio - 1.0), axis=1)
+
+
+class CMCCoreResult(NamedTuple):
+    """What :func:`cmc_core` returns (arrays over R replicas and m regions)."""
+
+    log_g: np.ndarray  # (R, m) final log ĝ, normalised so that Σ_i ĝ_i = 1 per replica
+    log_g_stages: np.ndarray  # (S, R, m) normalised log ĝ at the end of each stage
+    deltas: np.ndarray  # (S,) δ_s
+    stage_iterations: np.ndarray  # (S,) iterations performed in each stage
+    stability: np.ndarray  # (S,) max over replicas of S_k at the end of each stage
+    counts: np.ndarray  # (S, R, m) visits per region in each stage
+    path: np.ndarray  # (P, R) region of every replica at recorded iterations
+    path_iteration: np.ndarray  # (P,) global iteration of each record
+    path_stage: np.ndarray  # (P,) stage of each record
+    state: object  # the sampler's final state
+
+
+def cmc_core(
+    rng: np.random.Generator,
+    step: Callable,
+    state,
+    n_regions: int,
+    n_replicas: int,
+    *,
+    delta_1: float = 0.1,
+    delta_end: float = 1e-6,
+    stage_length: int = 1000,
+    growth: float = 1.5,
+    batch_size: int | None = None,
+    stability_tol: float | None = None,
+    max_stage_factor: float = 2.0,
+    log_g0: np.ndarray | None = None,
+    path_every: int = 100,
+    callback: Callable | None = None,
+) -> CMCCoreResult:
+    r"""Liang's contour Monte Carlo stochastic approximation (§2.1) for any sampler.
+
+    The sampler targets, for the current weights,
+
+    .. math::
+
+        \pi(x) \propto \sum_{i=1}^m \frac{\psi(x)}{\hat g(E_i)}\, I(x \in E_i)
+        \qquad \text{(Liang 2005, eq. 2.1)}
+
+    and after every iteration the weight of the region visited is multiplied by (1 + δ_s).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    step : callable
+        ``step(rng, state, log_g) -> (state, region)``: one Metropolis–Hastings move of every
+        replica targeting eq. 2.1 with the current ``log_g`` (R, m), i.e. accepting with
+        probability min{1, [ĝ(E_{I(x)}) ψ(x*) T(x*→x)] / [ĝ(E_{I(x*)}) ψ(x) T(x→x*)]}
+        (eq. 2.2; the paper's print has the ĝ ratio inverted, its text after eq. 2.4 has it
+        right). ``region`` (R,) is each replica's region after the move.
+    state : object
+        The sampler's initial state, passed through to ``step``.
+    n_regions : int
+        m, the number of regions (models).
+    n_replicas : int
+        R independent replicas, each with its own ĝ; their spread is the standard error.
+    delta_1, delta_end : float, default 0.1 and 1e-6
+        First modification factor; stop once δ_s < ``delta_end`` (see :func:`delta_schedule`).
+    stage_length : int, default 1000
+        K_1, iterations of the first stage.
+    growth : float, default 1.5
+        K_{s+1} = growth · K_s.
+    batch_size : int, optional
+        b of the stability statistic S_k; default K_s / 10.
+    stability_tol : float, optional
+        When given, a stage continues past K_s (in batches of b, at most ``max_stage_factor``·K_s
+        iterations in all) until S_k < ``stability_tol`` for every replica.
+    log_g0 : ndarray (m,) or (R, m), optional
+        Initial log ĝ (default 0: ĝ^{(0,0)} = 1).
+    path_every : int, default 100
+        Record every replica's region every this many iterations (Liang's Fig. 1 and 3).
+    callback : callable, optional
+        ``callback(stage, delta, log_g)`` after each stage (progress bars).
+
+    Returns
+    -------
+    CMCCoreResult
+    """
+    if int(n_regions) != n_regions or n_regions < 1:
+        raise ValueError(f"n_regions must be a positive integer, got {n_regions!r}")
+    if int(n_replicas) != n_replicas or n_replicas < 1:
+        raise ValueError(f"n_replicas must be a positive integer, got {n_replicas!r}")
+    if int(stage_length) != stage_length or stage_length < 1:
+        raise ValueError(f"stage_length must be a positive integer, got {stage_length!r}")
+    if not growth >= 1:
+        raise ValueError(f"growth must be at least 1, got {growth!r}")
+    if int(path_every) != path_every or path_every < 1:
+        raise ValueError(f"path_every must be a positive integer, got {path_every!r}")
+    deltas = delta_schedule(delta_1, delta_end)
+    R, m = int(n_replicas), int(n_regions)
+    log_g = np.zeros((R, m))
+    if log_g0 is not None:
+        log_g = log_g + np.broadcast_to(np.asarray(log_g0, dtype=float), (R, m))
+    rows = np.arange(R)
+
+    log_g_stages, lengths, stabilities, stage_counts = [], [], [], []
+    path, path_iteration, path_stage = [], [], []
+    total = 0
+    for s, delta in enumerate(deltas):
+        K = int(round(stage_length * growth**s))
+        b = int(batch_size) if batch_size else max(K // 10, 1)
+        increment = np.log1p(delta)
+        counts = np.zeros((R, m))
+        snapshot = counts.copy()
+        it, stability = 0, np.inf
+        limit = K if stability_tol is None else int(np.ceil(max_stage_factor * K))
+        while True:
+            for _ in range(b):
+                state, region = step(rng, state, log_g)
+                log_g[rows, region] += increment
+                counts[rows, region] += 1
+                total += 1
+                if total % path_every == 0:
+                    path.append(np.array(region))
+                    path_iteration.append(total)
+                    path_stage.append(s)
+            it += b
+            stability = float(np.max(stability_statistic(snapshot, counts))) if it > b else np.inf
+            snapshot = counts.copy()
+            if it >= K and (stability_tol is None or stability < stability_tol or it >= limit):
+                break
+        # Only ratios of ĝ are identified: keep Σ_i ĝ_i = 1 (also keeps numbers small).
+        log_g -= logsumexp(log_g, axis=1, keepdims=True)
+        log_g_stages.append(log_g.copy())
+        lengths.append(it)
+        stabilities.append(stability)
+        stage_counts.append(counts)
+        if callback is not None:
+            callback(s, delta, log_g)
+    return CMCCoreResult(
+        log_g=log_g,
+        log_g_stages=np.array(log_g_stages),
+        deltas=deltas,
+        stage_iterations=np.array(lengths),
+        stability=np.array(stabilities),
+        counts=np.array(stage_counts),
+        path=np.array(path, dtype=int).reshape(-1, R),
+        path_iteration=np.array(path_iteration, dtype=int),
+        path_stage=np.array(path_stage, dtype=int),
+        state=state,
+    )
+
+
+# ============================================================================ PyMC models
+class MultivariateT(NamedTuple):
+    """Multivariate t independence proposal in a model's unconstrained space."""
+
+    mean: np.ndarray  # (d,)
+    chol: np.ndarray  # (d, d) lower Cholesky factor of the scale matrix
+    chol_inv: np.ndarray  # (d, d) its inverse
+    nu: float
+
+    @classmethod
+    def fit(cls, draws: np.ndarray, nu: float = 5.0, inflate: float = 1.2) -> "MultivariateT":
+        """Mean and (slightly inflated, shrunk) covariance of posterior draws (n × d)."""
+        n, d = draws.shape
+        mean = draws.mean(axis=0)
+        cov = np.atleast_2d(np.cov(draws, rowvar=False))
+        variances = np.maximum(np.diag(cov), 1e-12)
+        shrink = min(1.0, d / max(n, 1))
+        cov = (1 - shrink) * cov + shrink * np.diag(variances)
+        scale = inflate**2 * cov * (nu - 2) / nu if nu > 2 else inflate**2 * cov
+        chol = np.linalg.cholesky(scale + 1e-12 * np.eye(d))
+        return cls(mean, chol, np.linalg.inv(chol), float(nu))
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        d = self.mean.size
+        z = rng.standard_normal((n, d)) @ self.chol.T
+        w = np.sqrt(rng.chisquare(self.nu, size=n) / self.nu)
+        return self.mean + z / w[:, None]
+
+    def logpdf(self, x: np.ndarray) -> np.ndarray:
+        d = self.mean.size
+        u = (np.atleast_2d(x) - self.mean) @ self.chol_inv.T
+        maha = np.sum(u**2, axis=1)
+        return (
+            gammaln((self.nu + d) / 2) - gammaln(self.nu / 2) - 0.5 * d * np.log(self.nu * np.pi)
+            - np.sum(np.log(np.diag(self.chol))) - 0.5 * (self.nu + d) * np.log1p(maha / self.nu)
+        )
+
+
+class _Pilot(NamedTuple):
+    draws: np.ndarray  # (n_chains * n_sweeps, d) approximate posterior draws
+    chains: int
+    metric: kernels.Metric
+    step_size: float
+    acceptance: float
+
+
+def _pilot(rng, density, n_chains, n_anneal, n_sweeps, kernel_options) -> _Pilot:
+    """Approximate posterior draws of one model: anneal prior draws to λ = 1 with HMC moves.
+
+    The draws only shape the between-model proposal and the within-model HMC metric; CMC's
+    acceptance ratios keep the estimate exact whatever they are.
+    """
+    state = kernels.init(density, density.prior_draws(rng, n_chains))
+    if not np.all(np.isfinite(state.log_prior + state.log_likelihood)):
+        raise ValueError(
+            "the log density is not finite at some exact prior draws; check the model's "
+            "parameterisation and data"
+        )
+    weights = np.full(n_chains, 1.0 / n_chains)
+    step_size = 1.0 / density.dim**0.25
+    dense = density.dim <= 400
+    ladder = np.linspace(0, 1, n_anneal + 1)[1:] ** 4
+    acceptance = []
+    for lam in ladder:
+        metric = kernels.Metric.from_population(state.position, weights, dense)
+        state, stats = kernels.mutate(rng, state, density, lam, metric, step_size, **kernel_options)
+        step_size = stats.step_size
+    draws = []
+    for _ in range(n_sweeps):
+        metric = kernels.Metric.from_population(state.position, weights, dense)
+        state, stats = kernels.mutate(rng, state, density, 1.0, metric, step_size, **kernel_options)
+        step_size = stats.step_size
+        acceptance.append(stats.acceptance)
+        draws.append(state.position)
+    draws = np.concatenate(draws)
+    metric = kernels.Metric.from_population(draws, np.full(len(draws), 1.0 / len(draws)), dense)
+    return _Pilot(draws, n_chains, metric, step_size, float(np.mean(acceptance)))
+
+
+def _model_proposal_matrix(model_proposal, m: int) -> np.ndarray:
+    """Q = (q_ij): probability of proposing model j from model i (j = i: a within-model move)."""
+    if isinstance(model_proposal, str):
+        if model_proposal == "uniform":
+            if m == 1:
+                return np.ones((1, 1))
+            Q = np.full((m, m), 0.5 / (m - 1))
+            np.fill_diagonal(Q, 0.5)
+            return Q
+        if model_proposal == "neighbour":
+            # Liang (2005, §2.3): q_{i,i−1} = q_{ii} = q_{i,i+1} = 1/3, q_11 = q_mm = 2/3.
+            Q = np.zeros((m, m))
+            for i in range(m):
+                for j in (i - 1, i, i + 1):
+                    Q[i, min(max(j, 0), m - 1)] += 1 / 3
+            return Q
+        raise ValueError(
+            f"model_proposal must be 'uniform', 'neighbour' or an m×m stochastic matrix, "
+            f"got {model_proposal!r}"
+        )
+    Q = np.asarray(model_proposal, dtype=float)
+    if Q.shape != (m, m) or np.any(Q < 0) or not np.allclose(Q.sum(axis=1), 1.0):
+        raise ValueError(
+            f"model_proposal must be an {m}×{m} matrix of non-negative rows summing to 1, got "
+            f"shape {Q.shape}"
+        )
+    if np.any((Q > 0) != (Q.T > 0)):
+        raise ValueError("model_proposal must propose j from i whenever it proposes i from j")
+    return Q
+
+
+class _ChainState(NamedTuple):
+    """R replicas: the current model of each, and one HMC state per model (rows = replicas;
+    a row is meaningful only while that replica is in that model)."""
+
+    model: np.ndarray  # (R,) int
+    states: list  # m × kernels.HMCState with R rows
+
+
+class _MoveCounts(NamedTuple):
+    proposed: np.ndarray  # (m, m) between-model proposals from i to j
+    accepted: np.ndarray  # (m, m)
+    within_accept: np.ndarray  # (m,) summed HMC acceptance probabilities
+    within_moves: np.ndarray  # (m,)
+
+
+def _make_step(densities, proposals, Q, hmc, counts: _MoveCounts):
+    """The CMC sampling step over models: eq. 2.2 with independence proposals between models."""
+    m = len(densities)
+    log_Q = np.log(np.where(Q > 0, Q, 1.0))
+    cum_Q = np.cumsum(Q, axis=1)
+    cum_Q[:, -1] = 1.0
+
+    def step(rng, chain: _ChainState, log_g):
+        current, states = chain.model, list(chain.states)
+        R = current.size
+        target = (cum_Q[current] < rng.uniform(size=R)[:, None]).sum(axis=1)
+        new_model = current.copy()
+        for i in range(m):
+            # within-model HMC moves (λ = 1; ĝ cancels)
+            rows = np.flatnonzero((current == i) & (target == i))
+            if rows.size:
+                sub = kernels.HMCState(*(field[rows] for field in states[i]))
+                step_size, metric, mean_steps, max_leapfrog = hmc[i]
+                n_leapfrog = int(np.clip(rng.integers(int(0.5 * mean_steps), int(1.5 * mean_steps) + 2), 1, max_leapfrog))
+                jitter = np.exp(rng.uniform(-0.1, 0.1, size=rows.size))
+                sub, info = kernels.hmc_step(rng, sub, densities[i], 1.0, step_size * jitter, metric, n_leapfrog)
+                states[i] = _set_rows(states[i], rows, sub)
+                counts.within_accept[i] += float(np.sum(info.acceptance_rate))
+                counts.within_moves[i] += rows.size
+        for j in range(m):
+            # between-model moves into j: x* ~ q_j, accept by eq. 2.2
+            rows = np.flatnonzero((target == j) & (current != j))
+            if not rows.size:
+                continue
+            proposal = proposals[j].draw(rng, rows.size)
+            values = densities[j](proposal)
+            log_psi_new = values.log_prior + values.log_likelihood
+            src = current[rows]
+            log_psi_old = np.empty(rows.size)
+            log_q_old = np.empty(rows.size)
+            for i in np.unique(src):
+                mask = src == i
+                st = states[i]
+                log_psi_old[mask] = st.log_prior[rows[mask]] + st.log_likelihood[rows[mask]]
+                log_q_old[mask] = proposals[i].logpdf(st.position[rows[mask]])
+            log_alpha = (
+                log_g[rows, src] - log_g[rows, j]
+                + log_psi_new - log_psi_old
+                + log_Q[j, src] + log_q_old
+                - log_Q[src, j] - proposals[j].logpdf(proposal)
+            )
+            log_alpha = np.where(np.isfinite(log_alpha), log_alpha, -np.inf)
+            accept = np.log(rng.uniform(size=rows.size)) < log_alpha
+            np.add.at(counts.proposed, (src, j), 1)
+            np.add.at(counts.accepted, (src, j), accept)
+            if accept.any():
+                moved = rows[accept]
+                states[j] = _set_rows(
+                    states[j], moved, kernels.HMCState(proposal[accept], *(v[accept] for v in values))
+                )
+                new_model[moved] = j
+        return _ChainState(new_model, states), new_model
+
+    return step
+
+
+def _set_rows(state: kernels.HMCState, rows, values: kernels.HMCState) -> kernels.HMCState:
+    fields = []
+    for field, new in zip(state, values):
+        field = field.copy()
+        field[rows] = new
+        fields.append(field)
+    return kernels.HMCState(*fields)
+
+
+def _validate_cmc(n_chains, delta_1, delta_end, stage_length, growth, n_pilot, anchor_draws):
+    if int(n_chains) != n_chains or n_chains < 2:
+        raise ValueError(
+            f"n_chains must be an integer >= 2 (independent replicas give the standard error), "
+            f"got {n_chains!r}"
+        )
+    if not (isinstance(delta_1, (int, float)) and delta_1 > 0):
+        raise ValueError(f"delta_1 must be positive, got {delta_1!r}")
+    if not (isinstance(delta_end, (int, float)) and 0 < delta_end <= delta_1):
+        raise ValueError(f"delta_end must be in (0, delta_1={delta_1}], got {delta_end!r}")
+    if int(stage_length) != stage_length or stage_length < 10:
+        raise ValueError(f"stage_length must be an integer >= 10, got {stage_length!r}")
+    if not growth >= 1:
+        raise ValueError(f"growth must be at least 1, got {growth!r}")
+    if int(n_pilot) != n_pilot or n_pilot < 8:
+        raise ValueError(f"n_pilot must be an integer >= 8, got {n_pilot!r}")
+    if int(anchor_draws) != anchor_draws or anchor_draws < 0:
+        raise ValueError(f"anchor_draws must be a non-negative integer, got {anchor_draws!r}")
+
+
+def _importance_anchor(rng, density, proposal, n):
+    """log Ẑ by importance sampling from the fitted proposal, and its delta-method SE."""
+    x = proposal.draw(rng, n)
+    values = density(x)
+    log_w = values.log_prior + values.log_likelihood - proposal.logpdf(x)
+    log_w = np.where(np.isnan(log_w), -np.inf, log_w)
+    log_z = float(logsumexp(log_w) - np.log(n))
+    relative = np.exp(log_w - log_z)
+    se = float(np.std(relative, ddof=1) / np.sqrt(n))
+    return log_z, se
+
+
+def cmc(
+    models,
+    *,
+    n_chains: int = 8,
+    delta_1: float = 0.1,
+    delta_end: float = 1e-3,
+    stage_length: int = 200,
+    growth: float = 1.5,
+    stability_tol: float | None = None,
+    model_proposal="uniform",
+    n_pilot: int = 64,
+    proposal_nu: float = 5.0,
+    anchor_draws: int = 2000,
+    target_accept: float = 0.8,
+    trajectory_length: float = 1.0,
+    max_leapfrog: int = 64,
+    path_every: int = 10,
+    backend: str = "c",
+    random_seed=None,
+    progressbar: bool = True,
+) -> dict:
+    r"""Relative evidences of several models by contour Monte Carlo (Liang 2005).
+
+    The joint space of (model, parameters) is partitioned by model, and a stochastic
+    approximation learns weights ĝ that make every model visited equally often; then
+
+    .. math::
+
+        \hat g(E_i) \;\to\; c \int p(D \mid \omega_i, H_i)\, p(\omega_i \mid H_i)\, d\omega_i
+        = c\, p(D \mid H_i) \qquad \text{(Liang 2005, Theorem 1 and §2.3)}
+
+    so that ĝ(E_i) / Σ_j ĝ(E_j) is the posterior probability of model i under a uniform model
+    prior.
+
+    Parameters
+    ----------
+    models : list of pymc.Model or dict of {str: pymc.Model}
+        At least two models (named as in :func:`~pymc_evidence.compare`).
+    n_chains : int, default 8
+        Independent CMC replicas (each with its own ĝ), run together; their spread gives the SE.
+    delta_1, delta_end : float, default 0.1 and 1e-3
+        First modification factor and the stopping value (δ_{s+1} = √(1 + δ_s) − 1, until
+        δ < ``delta_end``). The bias and variance of ĝ are O(δ) (Liang 2005, §2.1); Liang used
+        10⁻⁵–10⁻⁶ with far cheaper iterations.
+    stage_length : int, default 200
+        K_1, iterations in the first stage; K_{s+1} = ``growth`` · K_s.
+    growth : float, default 1.5
+    stability_tol : float, optional
+        If given, a stage is extended (up to twice K_s) until Liang's statistic S_k (batches of
+        K_s/10) is below it.
+    model_proposal : {"uniform", "neighbour"} or ndarray (m, m), default "uniform"
+        Q = (q_ij). "uniform": a within-model move with probability 1/2, otherwise a jump to a
+        model drawn uniformly from the others. "neighbour": Liang's tridiagonal Q (§2.3), for
+        models ordered by size. A matrix must have rows summing to 1 and a symmetric pattern.
+    n_pilot : int, default 64
+        Chains of each model's pilot run (prior draws annealed to the posterior by HMC), whose
+        draws fit the between-model proposals and the within-model HMC metric.
+    proposal_nu : float, default 5
+        Degrees of freedom of the multivariate t independence proposals.
+    anchor_draws : int, default 2000
+        Importance-sampling draws per model (from its proposal) that fix the absolute level of
+        the log evidences (CMC itself identifies only ratios). 0 leaves the level at
+        log p(H_i | D), the log posterior model probability under a uniform prior.
+    target_accept, trajectory_length, max_leapfrog
+        HMC settings (pilot adaptation, and trajectories within models).
+    path_every : int, default 10
+        Record the model of every replica every this many iterations.
+    backend : {"c", "numba"}, default "c"
+    random_seed : int, sequence, numpy.random.Generator or None
+    progressbar : bool, default True
+
+    Returns
+    -------
+    dict of {str: EvidenceResult}
+        One result per model, in the given order, ready for ``compare``'s table.
+        ``log_evidence`` = log p̂_i + anchor, where p̂_i is the mean over replicas of
+        ĝ_i / Σ_j ĝ_j; ``se`` is the SE of log p̂_i from the spread between replicas (the
+        anchor's uncertainty, common to all models, is in ``estimates["anchor_se"]``).
+        ``estimates`` holds ``probability`` and ``probability_se`` (posterior model probability,
+        uniform model prior), ``log_g`` (normalised), ``frequency`` (visits in the last stage),
+        ``between_acceptance``, ``within_acceptance``, ``anchor``, ``anchor_se``,
+        ``is_log_evidence`` and ``is_se`` (the importance-sampling check).
+        ``diagnostics``: one row per stage (δ, iterations, S_k, log ĝ, its SE, visiting
+        frequency of this model, between-model acceptance from this model).
+        ``sample_stats``: the model transition path shared by all models: ``model_index``
+        (chain = replica, draw = record), ``iteration`` and ``stage``; ``settings["models"]``
+        names the indices. ``posterior``: the pilot's approximate posterior draws.
+
+    Warns
+    -----
+    EvidenceWarning
+        When visiting frequencies in the last stage are not flat (ĝ has not converged), when
+        between-model moves are rarely accepted (proposals fit the posteriors badly), and when
+        the importance-sampling anchor disagrees with CMC's ratios beyond their errors.
+
+    Notes
+    -----
+    1. Pilot: for each model, anneal ``n_pilot`` prior draws to λ = 1 with HMC; fit a
+       multivariate t to the draws (unconstrained space) and take the HMC metric and step size.
+    2. Start every replica in a random model at a pilot draw, with log ĝ = 0.
+    3. Each iteration, every replica draws j from row i of Q. If j = i, one HMC transition
+       within model i. Otherwise propose ω* ~ q_j and accept with
+       min{1, ĝ_i ψ_j(ω*) q_ji q_i(ω) / (ĝ_j ψ_i(ω) q_ij q_j(ω*))} (eq. 2.2), where
+       ψ = prior × likelihood in each model's unconstrained space.
+    4. Multiply ĝ of the model visited by 1 + δ_s. After K_s iterations (and S_k small, if
+       ``stability_tol``), set δ_{s+1} = √(1 + δ_s) − 1 and K_{s+1} = growth·K_s, keep ĝ.
+    5. Stop when δ < δ_end; normalise each replica's ĝ to sum to 1, average over replicas.
+
+    Liang's birth/death moves between nested MLPs (§2.3) are not implemented: the independence
+    proposals are valid for any list of models, but for multimodal posteriors (MLPs) a single
+    t proposal covers one mode region and between-model acceptance falls (a warning says so).
+
+    References
+    ----------
+    Liang, F. (2005). Evidence evaluation for Bayesian neural networks using contour Monte
+    Carlo. Neural Computation 17, 1385–1410.
+
+    Examples
+    --------
+    >>> import numpy as np, pymc as pm, pymc_evidence as pm_evidence
+    >>> y = np.array([0.9, 1.4, 0.6, 1.2])
+    >>> with pm.Model(name="zero") as m0:
+    ...     s = pm.HalfNormal("s", 1.0)
+    ...     _ = pm.Normal("y", 0.0, s, observed=y)
+    >>> with pm.Model(name="free") as m1:
+    ...     mu = pm.Normal("mu", 0.0, 1.0)
+    ...     _ = pm.Normal("y", mu, 0.5, observed=y)
+    >>> results = pm_evidence.cmc([m0, m1], random_seed=1, progressbar=False)
+    >>> sorted(results)
+    ['free', 'zero']
+    """
+    from pymc_evidence.compare import _named_models
+
+    named = _named_models(models)
+    names = list(named)
+    if len(names) < 2:
+        raise ValueError(f"cmc needs at least two models to compare, got {len(names)}")
+    _validate_cmc(n_chains, delta_1, delta_end, stage_length, growth, n_pilot, anchor_draws)
+    m = len(names)
+    Q = _model_proposal_matrix(model_proposal, m)
+    settings = dict(
+        models=names, n_chains=int(n_chains), delta_1=delta_1, delta_end=delta_end,
+        stage_length=int(stage_length), growth=growth, stability_tol=stability_tol,
+        model_proposal=model_proposal if isinstance(model_proposal, str) else Q.tolist(),
+        n_pilot=int(n_pilot), proposal_nu=proposal_nu, anchor_draws=int(anchor_draws),
+        target_accept=target_accept, trajectory_length=trajectory_length,
+        max_leapfrog=max_leapfrog, path_every=int(path_every), backend=backend,
+    )
+    rng = np.random.default_rng(random_seed)
+    start = time.perf_counter()
+    densities = []
+    for name in names:
+        try:
+            densities.append(get_density(named[name], backend=backend))
+        except (ValueError, TypeError) as err:
+            raise type(err)(f"model {name!r}: {err}") from err
+    compiled = time.perf_counter()
+
+    kernel_options = dict(target_accept=target_accept, trajectory_length=trajectory_length,
+                          max_leapfrog=max_leapfrog)
+    pilots = [_pilot(rng, d, int(n_pilot), 8, 4, kernel_options) for d in densities]
+    proposals = [MultivariateT.fit(p.draws, nu=proposal_nu) for p in pilots]
+    hmc = [(p.step_size, p.metric, trajectory_length / p.step_size, max_leapfrog) for p in pilots]
+    piloted = time.perf_counter()
+
+    R = int(n_chains)
+    current = rng.integers(0, m, size=R)
+    states = []
+    for i, density in enumerate(densities):
+        rows = rng.integers(0, len(pilots[i].draws), size=R)
+        states.append(kernels.init(density, pilots[i].draws[rows]))
+    counts = _MoveCounts(np.zeros((m, m)), np.zeros((m, m)), np.zeros(m), np.zeros(m))
+    step = _make_step(densities, proposals, Q, hmc, counts)
+
+    per_stage_between = []
+    bar = _Progress(progressbar, len(delta_schedule(delta_1, delta_end)))
+
+    def callback(stage, delta, log_g):
+        per_stage_between.append((counts.proposed.copy(), counts.accepted.copy()))
+        bar.update(stage, delta, log_g)
+
+    core = cmc_core(
+        rng, step, _ChainState(current, states), m, R,
+        delta_1=delta_1, delta_end=delta_end, stage_length=int(stage_length), growth=growth,
+        stability_tol=stability_tol, path_every=int(path_every), callback=callback,
+    )
+    bar.close()
+    sampled = time.perf_counter()
+
+    # Estimates: average the normalised ĝ over replicas (Liang's Σ ĝ = const), SE from spread.
+    probs = np.exp(core.log_g)  # (R, m)
+    p_mean = probs.mean(axis=0)
+    p_se = probs.std(axis=0, ddof=1) / np.sqrt(R)
+    log_p = np.log(p_mean)
+    log_p_se = p_se / p_mean
+
+    anchor, anchor_se = 0.0, np.nan
+    is_log_z = np.full(m, np.nan)
+    is_se = np.full(m, np.nan)
+    if anchor_draws:
+        for i, density in enumerate(densities):
+            is_log_z[i], rel_se = _importance_anchor(rng, density, proposals[i], int(anchor_draws))
+            is_se[i] = rel_se
+        offsets = is_log_z - log_p
+        var = is_se**2 + log_p_se**2
+        ok = np.isfinite(offsets) & np.isfinite(var) & (var > 0)
+        if ok.any():
+            weights = 1.0 / var[ok]
+            anchor = float(np.sum(weights * offsets[ok]) / weights.sum())
+            anchor_se = float(np.sqrt(1.0 / weights.sum()))
+    log_evidence = log_p + anchor
+
+    messages: list[str] = []
+    last = core.counts[-1]
+    frequency = last / last.sum(axis=1, keepdims=True)  # (R, m)
+    proposed, accepted = counts.proposed, counts.accepted
+    between_from = accepted.sum(axis=1) / np.maximum(proposed.sum(axis=1), 1)
+    within = counts.within_accept / np.maximum(counts.within_moves, 1)
+    total_between = accepted.sum() / max(proposed.sum(), 1)
+    if np.max(np.abs(frequency.mean(axis=0) * m - 1)) > 0.2:
+        warn(messages, f"visiting frequencies in the last stage are not flat "
+             f"({np.round(frequency.mean(axis=0), 3).tolist()} against {1 / m:.3f} each): ĝ has "
+             "not converged; lengthen the stages (stage_length, growth) or lower delta_end.")
+    if total_between < 0.02:
+        warn(messages, f"only {100 * total_between:.2f} % of between-model moves were accepted: "
+             "the independence proposals fit the posteriors badly (multimodal or "
+             "heavy-tailed posteriors), so ĝ converges slowly.")
+    if anchor_draws and np.isfinite(anchor_se):
+        resid = is_log_z - log_evidence
+        tol = 4 * np.sqrt(is_se**2 + log_p_se**2 + anchor_se**2) + 0.05
+        bad = np.isfinite(resid) & (np.abs(resid) > tol) & (p_mean > 1e-3)
+        if bad.any():
+            warn(messages, "the importance-sampling check disagrees with CMC's evidence ratios "
+                 f"for {[names[i] for i in np.flatnonzero(bad)]}: a proposal misses part of "
+                 "its posterior, or ĝ has not converged.")
+
+    stage_rows = []
+    prev_p, prev_a = np.zeros((m, m)), np.zeros((m, m))
+    for s in range(len(core.deltas)):
+        p_s, a_s = per_stage_between[s]
+        stage_rows.append((p_s - prev_p, a_s - prev_a))
+        prev_p, prev_a = p_s, a_s
+    timing = {"compile": compiled - start, "pilot": piloted - compiled, "sampling": sampled - piloted}
+    timing["total"] = time.perf_counter() - start
+    sample_stats = {
+        "model_index": core.path.T.copy(),
+        "iteration": np.broadcast_to(core.path_iteration, (R, core.path_iteration.size)).copy(),
+        "stage": np.broadcast_to(core.path_stage, (R, core.path_stage.size)).copy(),
+    }
+    results = {}
+    for i, name in enumerate(names):
+        stage_log_g = core.log_g_stages[:, :, i]  # (S, R)
+        stage_p = np.exp(stage_log_g)
+        rows = []
+        for s, delta in enumerate(core.deltas):
+            p_s, a_s = stage_rows[s]
+            rows.append({
+                "delta": float(delta),
+                "iterations": int(core.stage_iterations[s]),
+                "stability": float(core.stability[s]),
+                "log_g": float(np.log(stage_p[s].mean())),
+                "log_g_se": float(stage_p[s].std(ddof=1) / np.sqrt(R) / stage_p[s].mean()),
+                "frequency": float(np.mean(core.counts[s, :, i] / core.counts[s].sum(axis=1))),
+                "between_acceptance": float(a_s[i].sum() / max(p_s[i].sum(), 1)),
+            })
+        diagnostics = pd.DataFrame(rows)
+        diagnostics.index.name = "stage"
+        pilot = pilots[i]
+        constrained = densities[i].to_constrained(pilot.draws)
+        posterior = {
+            k: v.reshape(-1, pilot.chains, *v.shape[1:]).swapaxes(0, 1) for k, v in constrained.items()
+        }
+        results[name] = EvidenceResult(
+            method="cmc",
+            log_evidence=float(log_evidence[i]),
+            se=float(log_p_se[i]),
+            model_name=name,
+            diagnostics=diagnostics,
+            posterior=posterior,
+            sample_stats=dict(sample_stats),
+            estimates={
+                "probability": float(p_mean[i]), "probability_se": float(p_se[i]),
+                "log_g": float(log_p[i]), "frequency": float(frequency[:, i].mean()),
+                "between_acceptance": float(between_from[i]),
+                "within_acceptance": float(within[i]),
+                "anchor": anchor, "anchor_se": anchor_se,
+                "is_log_evidence": float(is_log_z[i]), "is_se": float(is_se[i]),
+                "n_iterations": int(core.stage_iterations.sum()),
+            },
+            settings=settings,
+            timing=timing,
+            warnings=list(messages),
+        )
+    return results
+
+
+class _Progress:
+    def __init__(self, enabled: bool, n_stages: int):
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=n_stages, desc="CMC stages")
+
+    def update(self, stage, delta, log_g):
+        if self.bar is not None:
+            p = np.exp(log_g).mean(axis=0)
+            self.bar.update(1)
+            self.bar.set_postfix_str(f"δ={delta:.2g}, p̂={np.round(p, 3).tolist()}")
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
