@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import json
+import os
+from pathlib import Path
 
 import cloudpickle
 import numpy as np
@@ -14,6 +17,7 @@ from pymc_evidence.bic import bic
 from pymc_evidence.bridge import bridge
 from pymc_evidence.density import validate_model
 from pymc_evidence.laplace import laplace
+from pymc_evidence.results import load_result
 from pymc_evidence.thermodynamic import thermodynamic
 
 __all__ = ["compare", "METHODS"]
@@ -75,6 +79,40 @@ def _prior_log_probs(prior_model_probs, names) -> np.ndarray:
     return np.log(probs)
 
 
+class _CompareCheckpoint:
+    """Finished results of a ``compare`` run, one netCDF file per model, in a directory."""
+
+    def __init__(self, directory, method, options, random_seed):
+        self.directory = None if directory is None else Path(directory)
+        if self.directory is None:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        key = {"method": method, "options": repr(sorted(options.items())), "seed": repr(random_seed)}
+        manifest = self.directory / "compare.json"
+        if manifest.exists() and json.loads(manifest.read_text()) != key:
+            raise ValueError(
+                f"checkpoint directory {self.directory} holds a compare run with other "
+                "arguments; delete it or choose another directory"
+            )
+        manifest.write_text(json.dumps(key))
+
+    def file(self, name: str, suffix: str) -> Path:
+        return self.directory / f"{name.replace(os.sep, '_')}.{suffix}"
+
+    def has(self, name: str) -> bool:
+        return self.directory is not None and self.file(name, "nc").exists()
+
+    def load(self, name: str):
+        return load_result(self.file(name, "nc"))
+
+    def save(self, name: str, result) -> None:
+        if self.directory is None:
+            return
+        temporary = self.file(name, "nc.tmp")
+        result.to_netcdf(temporary)
+        os.replace(temporary, self.file(name, "nc"))
+
+
 def _run_pickled(payload: bytes):
     """Worker side of an executor run: models travel as cloudpickle bytes."""
     estimator, model, options = cloudpickle.loads(payload)
@@ -87,6 +125,7 @@ def compare(
     *,
     prior_model_probs=None,
     executor=None,
+    checkpoint=None,
     random_seed=None,
     progressbar: bool = True,
     **estimator_options,
@@ -103,7 +142,9 @@ def compare(
     ----------
     models : list of pymc.Model or dict of {str: pymc.Model}
         A list takes names from the models' ``name`` (``model_0``, ``model_1``, ... if unnamed).
-    method : {"thermodynamic", "laplace", "bic", "bridge"}, default "thermodynamic"
+    method : {"thermodynamic", "laplace", "bic", "bridge", "cmc"}, default "thermodynamic"
+        ``"cmc"`` runs :func:`~pymc_evidence.cmc` once over all the models (its relative
+        evidences come from one joint run; ``executor`` is not used).
     prior_model_probs : dict or sequence of float, optional
         Prior model probabilities p(M_i) (positive, summing to 1); uniform by default.
     executor : concurrent.futures.Executor, optional
@@ -111,6 +152,11 @@ def compare(
         ``dask.distributed.Client(...).get_executor()``). Models are sent with cloudpickle. Each
         model's random stream is fixed before submission, so results do not depend on the
         scheduling: the same seed gives the same table with or without an executor.
+    checkpoint : str or path, optional
+        Directory where each finished model's result is saved (netCDF). Calling again with the
+        same arguments loads finished models instead of redoing them, and resumes an
+        interrupted estimator from its own checkpoint (thermodynamic: after the last finished
+        stage), so the table equals that of an uninterrupted run.
     random_seed : int, sequence, numpy.random.SeedSequence or None
         Split into one independent stream per model.
     progressbar : bool, default True
@@ -147,8 +193,17 @@ def compare(
     >>> table.index[0]
     'indep'
     """
+    if method == "cmc":  # one joint run over all the models (Liang 2005), not one per model
+        from pymc_evidence.cmc import cmc
+
+        named = _named_models(models)
+        log_prior = _prior_log_probs(prior_model_probs, list(named))
+        results = cmc(named, random_seed=random_seed, progressbar=progressbar, **estimator_options)
+        return _table(results, log_prior, method)
     if method not in METHODS:
-        raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
+        raise ValueError(
+            f"method must be one of {sorted([*METHODS, 'cmc'])}, got {method!r}"
+        )
     estimator = METHODS[method]
     named = _named_models(models)
     names = list(named)
@@ -171,22 +226,30 @@ def compare(
         name: dict(estimator_options, random_seed=seed, progressbar=progressbar)
         for name, seed in zip(names, seeds)
     }
-    results = {}
+    store = _CompareCheckpoint(checkpoint, method, estimator_options, random_seed)
+    results = {name: store.load(name) for name in names if store.has(name)}
+    todo = [name for name in names if name not in results]
+    if store.directory is not None and "checkpoint" in accepted:
+        for name in todo:
+            jobs[name]["checkpoint"] = store.file(name, "ckpt")
     if executor is None:
-        for name in names:
+        for name in todo:
             results[name] = estimator(named[name], **jobs[name])
+            store.save(name, results[name])
     else:
         futures = {
             name: executor.submit(
                 _run_pickled, cloudpickle.dumps((estimator, named[name], jobs[name]))
             )
-            for name in names
+            for name in todo
         }
         for name, future in futures.items():
             try:
                 results[name] = future.result()
             except Exception as err:
                 raise RuntimeError(f"estimating the evidence of model {name!r} failed: {err}") from err
+            store.save(name, results[name])
+    results = {name: results[name] for name in names}
     for name, result in results.items():
         result.model_name = name
     return _table(results, log_prior, method)

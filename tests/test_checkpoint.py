@@ -1,5 +1,6 @@
 """Checkpointed runs survive being killed and resume to exactly the uninterrupted result."""
 
+import functools
 import pickle
 import subprocess
 import sys
@@ -64,3 +65,31 @@ def test_finished_checkpoint_is_not_rerun_and_guards_settings(model, tmp_path):
     assert again.timing["sampling"] < 0.1 * first.timing["sampling"]
     with pytest.raises(ValueError, match="written by a run with other settings"):
         pm_evidence.thermodynamic(model, checkpoint=path, **dict(OPTIONS, n_particles=128))
+
+
+def test_compare_checkpoint_skips_finished_models(tmp_path, monkeypatch):
+    models = {
+        "informative": testing.beta_binomial()[0],
+        "flat": testing.beta_binomial(alpha=1.0, beta=1.0)[0],
+    }
+    directory = tmp_path / "compare"
+    first = pm_evidence.compare(models, checkpoint=directory, **OPTIONS)
+    assert (directory / "informative.nc").exists() and (directory / "flat.nc").exists()
+
+    # an interrupted compare: one model's result is lost, the other is kept and not redone
+    (directory / "flat.nc").unlink()
+    calls = []
+    original = pm_evidence.compare.__globals__["METHODS"]["thermodynamic"]
+
+    @functools.wraps(original)
+    def counting(model, **options):
+        calls.append(model.name)
+        return original(model, **options)
+
+    monkeypatch.setitem(pm_evidence.compare.__globals__["METHODS"], "thermodynamic", counting)
+    again = pm_evidence.compare(models, checkpoint=directory, **OPTIONS)
+    assert len(calls) == 1
+    assert again["log_evidence"].equals(first["log_evidence"])
+    assert again["se"].equals(first["se"])
+    with pytest.raises(ValueError, match="holds a compare run with other arguments"):
+        pm_evidence.compare(models, checkpoint=directory, **dict(OPTIONS, random_seed=99))
