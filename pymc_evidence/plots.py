@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["plot_stages", "plot_trace_energy", "plot_evidence"]
+__all__ = ["plot_stages", "plot_trace_energy", "plot_evidence", "plot_cmc_path"]
 
 
 def _axes(ax, n):
@@ -124,4 +124,50 @@ def plot_evidence(table, x=None, ax=None, reference=None, label=None):
         ax.plot(positions, [reference[name] for name in names], "kx", label="exact")
     ax.set_ylabel("log evidence")
     ax.legend()
+    return ax
+
+
+def plot_cmc_path(result, chain=0, stage=-1, ax=None):
+    """Model visited by a contour Monte Carlo run against the iteration (Liang 2005, Figs. 1, 3).
+
+    A free random walk over the models (every model visited, none favoured) is what a
+    converged CMC run looks like.
+
+    Parameters
+    ----------
+    result : EvidenceResult or dict of {str: EvidenceResult}
+        From :func:`~pymc_evidence.cmc` (any model's result: they share the path).
+    chain : int, default 0
+        Which independent replica to show.
+    stage : int or None, default -1
+        Only this stage (negative counts from the end; Liang plots the last). ``None``: all.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib Axes
+    """
+    if isinstance(result, dict):
+        result = next(iter(result.values()))
+    stats = result.sample_stats or {}
+    if getattr(result, "method", None) != "cmc" or "model_index" not in stats:
+        raise ValueError(
+            f"plot_cmc_path needs a result of cmc(), got method {getattr(result, 'method', None)!r}"
+        )
+    path = np.asarray(stats["model_index"])[chain]
+    iteration = np.asarray(stats["iteration"])[chain]
+    stages = np.asarray(stats["stage"])[chain]
+    if stage is not None:
+        chosen = np.unique(stages)[stage]
+        keep = stages == chosen
+        path, iteration = path[keep], iteration[keep]
+    ax = _axes(ax, 1)
+    names = list(result.settings.get("models", []))
+    ax.plot(iteration, path + 1, ".", ms=2)
+    ax.plot(iteration, path + 1, "-", lw=0.3, color="0.6")
+    ticks = np.arange(1, (len(names) or int(path.max()) + 1) + 1)
+    ax.set_yticks(ticks, names or [str(t) for t in ticks])
+    ax.set_xlabel("iteration" + ("" if stage is None else f" (stage {int(chosen)})"))
+    ax.set_ylabel("model")
+    ax.set_title(f"CMC model transition path (replica {chain})")
     return ax

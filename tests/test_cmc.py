@@ -217,3 +217,37 @@ def test_bad_input():
         pm.Normal("y", mu, 1, observed=[0.0])
     with pytest.raises(ValueError, match="model 'model_1': .*improper prior"):
         cmc([models["k=1"], flat], progressbar=False)
+
+
+def test_compare_cmc_table(regressions):
+    models, log_z, _ = regressions
+    table = pm_evidence.compare(models, method="cmc", random_seed=2, progressbar=False,
+                                delta_end=0.01, anchor_draws=500)
+    assert list(table.index) == ["k=1", "k=2", "k=3"]  # exact order: -21.05, -21.41, -23.36
+    assert (table["method"] == "cmc").all()
+    assert table["weight"].sum() == pytest.approx(1.0)
+    probability = {n: r.estimates["probability"] for n, r in table.attrs["results"].items()}
+    for name in table.index:  # uniform model prior: weight = CMC's model probability
+        assert table.loc[name, "weight"] == pytest.approx(probability[name], rel=1e-9)
+    with pytest.raises(TypeError, match="not_an_option"):
+        pm_evidence.compare(models, method="cmc", not_an_option=1, progressbar=False)
+
+
+def test_plot_cmc_path(regressions):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _, _, results = regressions
+    ax = pm_evidence.plot_cmc_path(results)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["k=1", "k=2", "k=3"]
+    x, y = ax.lines[0].get_data()
+    stats = results["k=1"].sample_stats
+    last = stats["stage"][0] == stats["stage"][0].max()
+    np.testing.assert_array_equal(y, stats["model_index"][0][last] + 1)
+    ax_all = pm_evidence.plot_cmc_path(results["k=2"], chain=1, stage=None)
+    assert ax_all.lines[0].get_data()[0].size == stats["iteration"].shape[1]
+    plt.close("all")
+    with pytest.raises(ValueError, match="needs a result of cmc"):
+        pm_evidence.plot_cmc_path(pm_evidence.EvidenceResult("laplace", 0.0, 0.0))
