@@ -235,7 +235,7 @@ def mutate(
 
     Transitions repeat until both the parameters (mean absolute correlation per coordinate,
     across chains) and the log likelihood have correlation below ``decorrelation`` with their
-    values at the start, until that correlation stops falling (chains held in separate modes),
+    values at the start, until a high correlation stops falling (chains held in separate modes),
     or until ``max_transitions``. The step size adapts to
     ``target_accept`` after every transition. The number of leapfrog steps is drawn uniformly
     around ``trajectory_length / step_size`` (±50 %, at most ``max_leapfrog``): in units of
@@ -262,9 +262,9 @@ def mutate(
             _correlation(start_ll[:, None], state.log_likelihood[:, None]),
         )
         history.append(correlation)
-        # Chains stuck in separate modes keep their correlation with the start however long
-        # they move: stop once it no longer falls (by 10 % over two transitions).
-        stalled = len(history) >= 3 and history[-1] > 0.9 * history[-3]
+        # Chains held in separate modes keep a high correlation with the start however long
+        # they move: stop once it is high and no longer falls (by 2 % over two transitions).
+        stalled = len(history) >= 3 and correlation > 0.5 and history[-1] > 0.98 * history[-3]
         if correlation < decorrelation or stalled:
             break
     traced_prior, traced_lik = (np.array(values) for values in zip(*traced))
