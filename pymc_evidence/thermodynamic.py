@@ -516,7 +516,7 @@ def thermodynamic(
     ss = _combine_stepping_stone(log_ratio, log_ratio_var)
     ti = _integration(rounds, ladder, n_particles)
     messages: list[str] = []
-    _check(messages, ss, ti, log_ratio_var, rounds, target_se)
+    _check(messages, ss, ti, log_ratio_var, rounds, target_se, n_particles)
 
     posterior, sample_stats = _final_draws(rng, density, rounds, n_particles)
     timing = {"compile": compiled - start, "sampling": sampled - compiled}
@@ -576,9 +576,28 @@ def _integration(rounds, ladder, n_particles) -> _Estimate:
     return _combine_integration(ladder, mean_ll, var_ll, n_particles)
 
 
-def _check(messages, ss, ti, log_ratio_var, rounds, target_se) -> None:
+def _check(messages, ss, ti, log_ratio_var, rounds, target_se, n_particles) -> None:
     """Turn soft problems into warnings on the result."""
     G = ss.per_group.size
+    if not np.all(np.isfinite(ss.per_group)):
+        warn(
+            messages,
+            f"{int(np.sum(~np.isfinite(ss.per_group)))} of {G} groups have a non-finite evidence "
+            "estimate (every particle of a group had zero likelihood at some stage): the estimate "
+            "rests on the other groups; check the likelihood's support.",
+        )
+    collapsed = [
+        (k, stage.lam, stage.ess) for k, stage in enumerate(rounds[0].stages)
+        if stage.ess < 0.1 * n_particles
+    ]
+    if collapsed:
+        k, lam, ess = min(collapsed, key=lambda row: row[2])
+        warn(
+            messages,
+            f"the incremental weights' ESS collapsed at {len(collapsed)} stage(s), down to "
+            f"{ess:.1f} of {n_particles} particles at stage {k} (λ = {lam:.4g}): that stage's "
+            "ratio is unreliable; add rungs there (a finer ladder, or the adaptive one).",
+        )
     within_var = log_ratio_var.sum(axis=1)
     spread = np.sum((ss.per_group - np.mean(ss.per_group)) ** 2 / np.maximum(within_var, 1e-300))
     # The within-group error ignores the correlation that resampling creates, so it runs low by

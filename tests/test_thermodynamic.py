@@ -168,3 +168,12 @@ def test_pathological_model_warns():
     assert result.warning
     assert any("independent groups disagree" in text for text in result.warnings)
     assert result.estimates["se_between"] > 2 * result.estimates["se_within"]
+
+
+def test_coarse_ladder_warns_of_collapsed_ess(regression5):
+    model, _ = regression5
+    with pytest.warns(pm_evidence.EvidenceWarning, match="ESS collapsed"):
+        result = pm_evidence.thermodynamic(
+            model, ladder=[0.0, 1.0], random_seed=0, progressbar=False, target_se=None
+        )
+    assert result.warning
