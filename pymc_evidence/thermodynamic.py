@@ -80,23 +80,37 @@ def _weighted_moments(values: np.ndarray, log_weights: np.ndarray):
     return mean, var
 
 
-def _conditional_ess(log_weights, log_likelihood, delta) -> float:
-    """Zhou, Johansen & Aston's conditional ESS of the increment exp(δ·log L), as a fraction."""
+def _increment(log_likelihood, delta):
+    """δ · log L, where a zero likelihood stays zero (−inf) however small δ > 0 is."""
     with np.errstate(invalid="ignore"):
-        increment = delta * log_likelihood
-    increment = np.where(np.isneginf(log_likelihood), -np.inf, increment)
-    cess = np.exp(
-        2 * logsumexp(log_weights + increment, axis=1) - logsumexp(log_weights + 2 * increment, axis=1)
-    )
-    return float(np.mean(cess))
+        return np.where(np.isneginf(log_likelihood), -np.inf, delta * log_likelihood)
+
+
+def _conditional_ess(log_weights, log_likelihood, delta) -> float:
+    """Zhou, Johansen & Aston's conditional ESS of the increment exp(δ·log L), as a fraction.
+
+    Averaged over the groups that still have particles of positive weight.
+    """
+    increment = _increment(log_likelihood, delta)
+    first = logsumexp(log_weights + increment, axis=1)
+    live = np.isfinite(first)
+    if not live.any():
+        return 0.0
+    second = logsumexp((log_weights + 2 * increment)[live], axis=1)
+    return float(np.mean(np.exp(2 * first[live] - second)))
 
 
 def _next_lambda(log_weights, log_likelihood, lam, target_cess) -> float:
-    """Largest λ' ≤ 1 whose incremental weights keep the conditional ESS at ``target_cess``."""
-    if _conditional_ess(log_weights, log_likelihood, 1.0 - lam) >= target_cess:
+    """Largest λ' ≤ 1 whose incremental weights keep the conditional ESS at ``target_cess``.
+
+    Particles of zero likelihood lose their weight at any δ > 0, so the target is relative to
+    the conditional ESS as δ → 0⁺ (1 unless the likelihood vanishes somewhere).
+    """
+    target = target_cess * _conditional_ess(log_weights, log_likelihood, 0.0)
+    if _conditional_ess(log_weights, log_likelihood, 1.0 - lam) >= target:
         return 1.0
     delta = brentq(
-        lambda d: _conditional_ess(log_weights, log_likelihood, d) - target_cess,
+        lambda d: _conditional_ess(log_weights, log_likelihood, d) - target,
         0.0, 1.0 - lam, xtol=1e-12, rtol=1e-6,
     )
     return lam + max(delta, 1e-12)
@@ -165,18 +179,22 @@ def _run_round(
             new_lam = _next_lambda(log_weights, ll, lam, options["target_cess"])
         else:
             new_lam = float(ladder[k + 1])
-        delta = new_lam - lam
-        with np.errstate(invalid="ignore"):
-            increment = np.where(np.isneginf(ll), -np.inf, delta * ll)
-        ess = _conditional_ess(log_weights, ll, delta) * n
+        increment = _increment(ll, new_lam - lam)
+        ess = _conditional_ess(log_weights, ll, new_lam - lam) * n
         log_ratio = logsumexp(log_weights + increment, axis=1)
-        relative = np.exp(increment - log_ratio[:, None])
-        log_ratio_var = np.sum(np.exp(2 * log_weights) * (relative - 1.0) ** 2, axis=1)
-        log_weights = log_weights + increment - log_ratio[:, None]
+        # A dead group (every particle of zero likelihood) estimates Z = 0 and keeps no weight.
+        dead = ~np.isfinite(log_ratio)
+        with np.errstate(invalid="ignore"):
+            relative = np.exp(increment - log_ratio[:, None])
+            log_ratio_var = np.sum(np.exp(2 * log_weights) * (relative - 1.0) ** 2, axis=1)
+            log_weights = log_weights + increment - log_ratio[:, None]
+        log_ratio_var[dead] = 0.0
+        log_weights[dead] = -np.inf
         lam = new_lam
 
         # Resample the groups whose weights have degenerated, within each group only.
-        group_ess = 1.0 / np.sum(np.exp(2 * log_weights), axis=1)
+        with np.errstate(divide="ignore"):
+            group_ess = 1.0 / np.sum(np.exp(2 * log_weights), axis=1)
         to_resample = np.flatnonzero(group_ess < options["resample_threshold"] * n)
         if to_resample.size:
             index = np.arange(G * n)
@@ -185,8 +203,9 @@ def _run_round(
                 log_weights[g] = -np.log(n)
             state = _take(state, index)
 
+        weights = np.exp(log_weights.ravel())
         metric = kernels.Metric.from_population(
-            state.position, np.exp(log_weights.ravel()) / G, options["dense_mass"]
+            state.position, weights / weights.sum(), options["dense_mass"]
         )
         if step_sizes and k < len(step_sizes):
             step_size = step_sizes[k]
@@ -196,6 +215,7 @@ def _run_round(
         step_size = move.step_size
         ll = state.log_likelihood.reshape(G, n)
         mean_ll, var_ll = _weighted_moments(ll, log_weights)
+        mean_ll[dead], var_ll[dead] = np.nan, np.nan
         rhat = _rhat(ll) if G > 1 else np.nan
         stages.append(
             _Stage(lam, log_ratio, log_ratio_var, ess, mean_ll, var_ll, rhat,
@@ -252,6 +272,10 @@ def _combine_integration(lambdas, mean_ll, var_ll, n_particles) -> _Estimate:
         trapezoid = np.sum(delta * (mean_ll[:, 1:] + mean_ll[:, :-1]) / 2, axis=1)
         correction = np.sum(delta**2 / 12 * (var_ll[:, 1:] - var_ll[:, :-1]), axis=1)
     per_group = trapezoid - correction
+    finite = np.isfinite(per_group)
+    if not finite.any():
+        return _Estimate(np.nan, np.nan, np.nan, np.nan, per_group)
+    per_group, var_ll = per_group[finite], var_ll[finite]
     coefficient = np.zeros(len(lambdas))
     coefficient[1:] += delta / 2
     coefficient[:-1] += delta / 2
