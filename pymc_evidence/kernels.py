@@ -146,7 +146,7 @@ def hmc_step(
     A proposal with non-finite density (outside the support, overflow) is rejected for that chain
     only; it cannot affect the others.
     """
-    K, d = state.position.shape
+    K = state.position.shape[0]
     eps = np.broadcast_to(np.asarray(step_size, dtype=float), (K,))[:, None]
     momentum = metric.sample_momentum(rng, K)
     logp0, grad = tempered(state, lam)

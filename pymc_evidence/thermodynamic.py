@@ -287,7 +287,7 @@ def _combine_integration(lambdas, mean_ll, var_ll, n_particles) -> _Estimate:
     return _Estimate(estimate, max(within, between), within, between, per_group)
 
 
-def _diagnostics(rounds: list, log_ratio, log_ratio_var, n_particles) -> pd.DataFrame:
+def _diagnostics(rounds: list, log_ratio, log_ratio_var) -> pd.DataFrame:
     """One row per stage, pooled over every group of every round."""
     G = log_ratio.shape[0]
     pooled = logsumexp(log_ratio, axis=0) - np.log(G)
@@ -550,7 +550,7 @@ def thermodynamic(
         log_evidence=ss.log_evidence,
         se=ss.se,
         model_name=model.name,
-        diagnostics=_diagnostics(rounds, log_ratio, log_ratio_var, n_particles),
+        diagnostics=_diagnostics(rounds, log_ratio, log_ratio_var),
         posterior=posterior,
         sample_stats=sample_stats,
         trace=_trace(rounds[0]),
