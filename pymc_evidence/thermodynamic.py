@@ -523,7 +523,7 @@ def thermodynamic(
     run(0, n_groups, ladder, None)
     ladder = np.array([0.0] + [s.lam for s in rounds[0].stages])
     step_sizes = [s.move.step_size for s in rounds[0].stages]
-    estimate = _estimate(rounds[:1])
+    estimate = _combine_stepping_stone(*_increments(rounds[:1]))
     groups = n_groups
     if target_se is not None and estimate.se > target_se and groups < max_groups:
         wanted = int(np.ceil(groups * (estimate.se / target_se) ** 2 * 1.1))
@@ -533,10 +533,7 @@ def thermodynamic(
     bar.close()
     sampled = time.perf_counter()
 
-    log_ratio = np.concatenate([np.stack([s.log_ratio for s in r.stages], axis=1) for r in rounds])
-    log_ratio_var = np.concatenate(
-        [np.stack([s.log_ratio_var for s in r.stages], axis=1) for r in rounds]
-    )
+    log_ratio, log_ratio_var = _increments(rounds)
     ss = _combine_stepping_stone(log_ratio, log_ratio_var)
     ti = _integration(rounds, ladder, n_particles)
     messages: list[str] = []
@@ -584,10 +581,11 @@ def _trace(first_round: _Round) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _estimate(rounds) -> _Estimate:
+def _increments(rounds):
+    """Per-group, per-stage stepping-stone increments and their variances (arrays G×S)."""
     log_ratio = np.concatenate([np.stack([s.log_ratio for s in r.stages], axis=1) for r in rounds])
     var = np.concatenate([np.stack([s.log_ratio_var for s in r.stages], axis=1) for r in rounds])
-    return _combine_stepping_stone(log_ratio, var)
+    return log_ratio, var
 
 
 def _integration(rounds, ladder, n_particles) -> _Estimate:
