@@ -22,15 +22,26 @@ import pytensor.tensor as pt
 from pymc.logprob.utils import local_check_parameter_to_ninf_switch
 from pymc.pytensorf import compile as compile_pymc
 from pymc.pytensorf import find_rng_nodes, join_nonshared_inputs, reseed_rngs
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
 from pytensor.graph.replace import vectorize_graph
-from pytensor.graph.rewriting.basic import in2out
+from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
+from pytensor.graph.traversal import ancestors
+from pytensor.scalar import basic as ps
+from pytensor.tensor.elemwise import Elemwise
 
 from pymc_evidence._compat import BACKENDS, compile_mode, model_types
 
 __all__ = ["ModelDensity", "DensityValues", "get_density", "validate_model"]
 
 IMPROPER_PRIORS = ("Flat", "HalfFlat")
+
+# Rows per call of the batched function are capped so that the largest per-point intermediate
+# array (e.g. the N×h hidden activations of an MLP) times the rows stays within ~1 MB: beyond
+# the CPU cache, batching gets slower per point, not faster (benchmarks/results/density_speed.md).
+# A rule on static shapes, not on timings, so that results stay bit-reproducible.
+CHUNK_BUDGET_ELEMENTS = 2**17
 
 
 class DensityValues(NamedTuple):
@@ -96,6 +107,50 @@ def _batched(outputs, x, X):
     return vectorize_graph(outputs, replace={x: X})
 
 
+class _NumpyTanh(Op):
+    """``tanh`` evaluated by NumPy.
+
+    PyTensor's C ``tanh`` calls the scalar libm function (~15 ns per element here); NumPy's is
+    SIMD-vectorised (~1 ns). MLP activations over a batch of points are the dominant cost of the
+    batched density, so this one Op is worth a Python call per evaluation.
+    """
+
+    __props__ = ()
+
+    def make_node(self, x):
+        x = pt.as_tensor_variable(x)
+        return Apply(self, [x], [x.type()])
+
+    def perform(self, node, inputs, outputs):
+        outputs[0][0] = np.tanh(inputs[0])
+
+
+@node_rewriter([Elemwise])
+def _local_tanh_to_numpy(fgraph, node):
+    if isinstance(node.op.scalar_op, ps.Tanh):
+        return [_NumpyTanh()(node.inputs[0])]
+
+
+def _vectorised_activations(outputs):
+    """Replace elementwise ``tanh`` by :class:`_NumpyTanh` (after gradients are taken)."""
+    return rewrite_graph(outputs, include=(), custom_rewrite=in2out(_local_tanh_to_numpy))
+
+
+def _chunk_rows(outputs) -> int:
+    """Rows per call: :data:`CHUNK_BUDGET_ELEMENTS` over the largest single-point intermediate.
+
+    Static shapes are fully known in a single-point graph with the data as constants; constants
+    are excluded (they do not grow with the batch).
+    """
+    outputs = rewrite_graph(outputs, include=("canonicalize",))
+    largest = 1
+    for var in ancestors(outputs):
+        shape = getattr(var.type, "shape", ())
+        if shape and all(s is not None for s in shape) and not isinstance(var, pt.TensorConstant):
+            largest = max(largest, int(np.prod(shape)))
+    return max(1, CHUNK_BUDGET_ELEMENTS // largest)
+
+
 class ModelDensity:
     """Compiled log prior, log likelihood and their gradients for batches of points.
 
@@ -114,6 +169,9 @@ class ModelDensity:
         Value variables (unconstrained, e.g. ``sigma_log__``) in flat-vector order.
     dim : int
         Length ``d`` of the flat vector.
+    chunk_rows : int
+        Most points evaluated in one call of the compiled function; larger batches are split
+        (a cache-size rule on the model's largest intermediate array, see ``_chunk_rows``).
     n_cases : int
         Number of i.i.d. cases: the largest leading dimension of the observed variables
         (e.g. 200 for 200 robot-arm cases with two outputs each).
@@ -191,9 +249,13 @@ class ModelDensity:
         X = pt.matrix("X", dtype=x.dtype)
         batch_prior, batch_lik = _batched([log_prior, log_lik], x, X)
         grads = pt.grad(batch_prior.sum(), X), pt.grad(batch_lik.sum(), X)
+        outputs = [batch_prior, batch_lik, *grads]
+        if self.backend == "c":  # Numba compiles tanh itself; a Python Op would break it
+            outputs = _vectorised_activations(outputs)
         self._x, self._X = x, X
         self._single = (log_prior, log_lik)
-        self._fn = compile_pymc([X], [batch_prior, batch_lik, *grads], mode=self.mode)
+        self.chunk_rows = _chunk_rows([log_prior, log_lik])
+        self._fn = compile_pymc([X], outputs, mode=self.mode)
 
     # ----------------------------------------------------------------- evaluation
     def __call__(self, X: np.ndarray) -> DensityValues:
@@ -201,7 +263,10 @@ class ModelDensity:
         X = np.atleast_2d(np.asarray(X, dtype=self._X.dtype))
         if X.shape[1] != self.dim:
             raise ValueError(f"points must have {self.dim} columns, got shape {X.shape}")
-        return DensityValues(*self._fn(X))
+        if len(X) <= self.chunk_rows:
+            return DensityValues(*self._fn(X))
+        parts = [self._fn(X[i : i + self.chunk_rows]) for i in range(0, len(X), self.chunk_rows)]
+        return DensityValues(*(np.concatenate(field) for field in zip(*parts)))
 
     def prior_draws(self, rng: np.random.Generator, draws: int) -> np.ndarray:
         """``draws`` exact joint prior draws in the unconstrained space, shape (draws, d)."""

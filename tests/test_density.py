@@ -307,3 +307,38 @@ def test_potential_alone_is_a_likelihood():
 def test_not_a_model_raises():
     with pytest.raises(TypeError, match="expected a pymc.Model"):
         validate_model("model")
+
+
+# --------------------------------------------------------------------------- MLP fast path
+@pytest.fixture(scope="module")
+def small_mlp():
+    """A tanh MLP on 300 cases: big enough per point that batches are split into chunks."""
+    rng = np.random.default_rng(SEED + 2)
+    x = rng.normal(size=(300, 2))
+    y = np.sin(x[:, :1]) + 0.1 * rng.normal(size=(300, 1))
+    with pm.Model() as model:
+        w_in = pm.Normal("w_in", 0.0, 1.0, shape=(2, 5))
+        w_out = pm.Normal("w_out", 0.0, 1.0, shape=(5, 1))
+        sigma = pm.HalfNormal("sigma", 0.5)
+        pm.Normal("y", pm.math.tanh(x @ w_in) @ w_out, sigma, observed=y)
+    return model
+
+
+def test_mlp_chunks_and_numpy_tanh_match_pymc(small_mlp):
+    density = ModelDensity(small_mlp)
+    # the largest per-point intermediate is the 300×5 hidden layer
+    assert density.chunk_rows == 2**17 // 1500
+    ops = {type(node.op).__name__ for node in density._fn.maker.fgraph.apply_nodes}
+    assert "_NumpyTanh" in ops
+    rng = np.random.default_rng(SEED + 3)
+    X = density.prior_draws(rng, 2 * density.chunk_rows + 3)  # three calls, the last partial
+    values = density(X)
+    lik = small_mlp.compile_fn(
+        small_mlp.datalogp, inputs=small_mlp.value_vars, mode=compile_mode("c")
+    )
+    expected = [lik(_point(density, x)) for x in X]
+    np.testing.assert_allclose(values.log_likelihood, expected, rtol=1e-10)
+    single = [density(x[None]) for x in X[[0, -1]]]
+    np.testing.assert_allclose(
+        values.grad_log_likelihood[[0, -1]], [s.grad_log_likelihood[0] for s in single], rtol=1e-10
+    )
