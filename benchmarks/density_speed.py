@@ -1,19 +1,23 @@
-"""Speed of the compiled batched density: µs per point, batched call vs a loop of single points.
+"""Speed of the batched density of a robot-arm MLP: ours vs the naive graph vs a NumPy floor.
 
-The model is a Neal-style MLP of robot-arm size (Barber & Bishop 1997, §5): N = 200 cases of
-MacKay's robot-arm data, 2 inputs, one layer of h tanh units, 2 linear outputs; Gaussian priors
-on four weight groups (input→hidden weights, hidden biases, hidden→output weights, output
-biases), each with its own precision α_k ~ Gamma(mean ω_k, shape s_k/2), and a noise precision
-β ~ Gamma(ω=400, s=0.2).
+The model is :func:`pymc_evidence.testing.robot_arm_mlp` (Barber & Bishop 1997, §5): N = 200
+robot-arm cases, 2 inputs, h tanh units, 2 linear outputs, four weight groups with Gamma
+precisions (non-centred) and a Gamma noise precision; d = 5h + 7 parameters. One call returns the
+log prior, the log likelihood and both gradients at K points. Timed side by side, in one process,
+interleaved (so machine load hits all alike), at exact prior draws scaled by 0.3 (not the initial
+point: ``tanh(0)`` is a fast path):
 
-One call of ``ModelDensity`` returns log prior, log likelihood and both gradients for K points.
-For each h and K we time that call (median of several repeats) and a Python loop of K calls with
-one point each, both at exact prior draws (not the initial point: ``tanh(0)`` is a fast path).
+* ``ours``  — :class:`~pymc_evidence.density.ModelDensity` (C backend: NumPy's SIMD ``tanh`` in the
+  graph, batches split into cache-sized chunks);
+* ``naive`` — the same vectorised PyTensor graph compiled as is (C backend), one call per batch;
+* ``numba`` — ``ModelDensity(backend="numba")``;
+* ``floor`` — a hand-written batched NumPy implementation of the same density and gradients
+  (checked against ours to 1e-6), with the same chunks.
 
 Usage::
 
-    python benchmarks/density_speed.py            # full run, writes benchmarks/results/density_speed.md
-    python benchmarks/density_speed.py --quick    # h=4 only, short timings, prints only
+    python benchmarks/density_speed.py           # h = 4 16 64, K = 1 16 64 256; writes results/density_speed.md
+    python benchmarks/density_speed.py --quick   # h = 4, K = 16, short timings, prints only
 """
 
 from __future__ import annotations
@@ -22,187 +26,189 @@ import argparse
 import datetime
 import os
 import platform
-import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_CANDIDATES = [
-    ROOT / "data" / "robot_arm_mackay.csv",
-    ROOT / "examples" / "data" / "robot_arm_mackay.csv",
-    ROOT.parent / "shared" / "data" / "robot_arm_mackay.csv",
-]
 DEFAULT_OUTPUT = ROOT / "benchmarks" / "results" / "density_speed.md"
+LOG_2PI = np.log(2 * np.pi)
 
 
-def load_robot_arm(path: Path, n: int = 200) -> tuple[np.ndarray, np.ndarray]:
-    """Rows 1..n of MacKay's robot-arm data (the 200-case training set): inputs, targets."""
-    import pandas as pd
+class NumpyFloor:
+    """Batched log prior, log likelihood and gradients of ``robot_arm_mlp`` in plain NumPy.
 
-    frame = pd.read_csv(path)
-    missing = {"x1", "x2", "y1", "y2"} - set(frame.columns)
-    if missing:
-        raise ValueError(f"{path}: expected columns x1, x2, y1, y2; missing {sorted(missing)}")
-    frame = frame.iloc[:n]
-    return frame[["x1", "x2"]].to_numpy(float), frame[["y1", "y2"]].to_numpy(float)
-
-
-def gamma_prior(name: str, omega: float, s: float):
-    """Barber & Bishop eq. 8: a Gamma hyperprior with mean ω and shape s/2."""
-    import pymc as pm
-
-    return pm.Gamma(name, alpha=s / 2, beta=s / (2 * omega))
-
-
-def mlp_model(x: np.ndarray, y: np.ndarray, h: int):
-    """The robot-arm MLP with Barber & Bishop's (after Neal) hyperpriors."""
-    import pymc as pm
-
-    n_in, n_out = x.shape[1], y.shape[1]
-    with pm.Model() as model:
-        a_w1 = gamma_prior("alpha_w1", omega=1.0, s=0.2)
-        a_b1 = gamma_prior("alpha_b1", omega=1.0, s=0.2)
-        a_w2 = gamma_prior("alpha_w2", omega=float(h), s=0.2)
-        a_b2 = gamma_prior("alpha_b2", omega=0.2, s=1.0)
-        beta = gamma_prior("beta", omega=400.0, s=0.2)
-        w1 = pm.Normal("w1", 0.0, 1.0 / pm.math.sqrt(a_w1), shape=(n_in, h))
-        b1 = pm.Normal("b1", 0.0, 1.0 / pm.math.sqrt(a_b1), shape=h)
-        w2 = pm.Normal("w2", 0.0, 1.0 / pm.math.sqrt(a_w2), shape=(h, n_out))
-        b2 = pm.Normal("b2", 0.0, 1.0 / pm.math.sqrt(a_b2), shape=n_out)
-        f = pm.math.dot(pm.math.tanh(pm.math.dot(x, w1) + b1), w2) + b2
-        pm.Normal("y", f, 1.0 / pm.math.sqrt(beta), observed=y)
-    return model
-
-
-def call_times(fns, min_time: float, repeats: int) -> list[tuple[float, float]]:
-    """(median, minimum) over ``repeats`` of the mean time of one call of each of ``fns`` (s).
-
-    The functions are timed in turn within each repeat, so a load change on a shared machine
-    affects all of them alike rather than biasing their ratio.
+    Works on the flat unconstrained vector in the order of ``density.names``: per weight group g
+    a log precision u_g (α_g = e^{u_g} ~ Gamma(s/2, s/2ω), Jacobian e^{u}) and standard normal
+    z_g with weights w_g = z_g e^{−u_g/2}; the noise precision β = e^{v}.
     """
-    numbers = []
-    for fn in fns:
-        fn()  # warm-up
-        t0 = time.perf_counter()
-        fn()
-        numbers.append(max(1, int(min_time / max(time.perf_counter() - t0, 1e-7))))
-    times = [[] for _ in fns]
+
+    def __init__(self, density, x, y, h):
+        from pymc_evidence.testing import _gamma_precision
+
+        self.density, self.x, self.y = density, x, y
+        self.gamma = {
+            "alpha_w_in_log__": _gamma_precision(0.2, 1.0),
+            "alpha_b_hidden_log__": _gamma_precision(0.2, 1.0),
+            "alpha_w_out_log__": _gamma_precision(0.2, float(h)),
+            "alpha_b_out_log__": _gamma_precision(1.0, 0.2),
+            "beta_log__": _gamma_precision(0.2, 400.0),
+        }
+
+    def __call__(self, X):
+        from scipy.special import gammaln
+
+        p = self.density.split(X)
+        grad, log_prior = {}, 0.0
+        for name, (a, b) in self.gamma.items():
+            u = p[name]
+            log_prior = log_prior + a * np.log(b) - gammaln(a) + a * u - b * np.exp(u)
+            grad[name] = a - b * np.exp(u)
+        for name in ("z_w_in", "z_b_hidden", "z_w_out", "z_b_out"):
+            z = p[name]
+            log_prior = log_prior - 0.5 * np.sum(z * z, axis=tuple(range(1, z.ndim))) - 0.5 * z[0].size * LOG_2PI
+            grad[name] = -z
+        scale = {g: np.exp(-0.5 * p[f"alpha_{g}_log__"]) for g in ("w_in", "b_hidden", "w_out", "b_out")}
+        w_in = p["z_w_in"] * scale["w_in"][:, None, None]
+        b_h = p["z_b_hidden"] * scale["b_hidden"][:, None]
+        w_out = p["z_w_out"] * scale["w_out"][:, None, None]
+        b_out = p["z_b_out"] * scale["b_out"][:, None]
+        beta = np.exp(p["beta_log__"])
+        hidden = np.tanh(np.matmul(self.x, w_in) + b_h[:, None, :])  # (K, N, h)
+        resid = self.y - (np.matmul(hidden, w_out) + b_out[:, None, :])  # (K, N, D)
+        sq = np.einsum("knd,knd->k", resid, resid)
+        n_obs = self.y.size
+        log_lik = 0.5 * n_obs * (p["beta_log__"] - LOG_2PI) - 0.5 * beta * sq
+        g_f = beta[:, None, None] * resid  # ∂ log L / ∂ f
+        g_w_out = np.matmul(hidden.transpose(0, 2, 1), g_f)
+        g_b_out = g_f.sum(axis=1)
+        g_a = np.matmul(g_f, w_out.transpose(0, 2, 1)) * (1 - hidden * hidden)
+        g_w_in = np.matmul(self.x.T, g_a)
+        g_b_h = g_a.sum(axis=1)
+        lik = {name: np.zeros_like(v) for name, v in p.items()}
+        lik["beta_log__"] = 0.5 * n_obs - 0.5 * beta * sq
+        for g, gw in (("w_in", g_w_in), ("b_hidden", g_b_h), ("w_out", g_w_out), ("b_out", g_b_out)):
+            s = scale[g].reshape((-1,) + (1,) * (gw.ndim - 1))
+            lik[f"z_{g}"] = gw * s
+            # w = z e^{-u/2}: ∂w/∂u = -w/2
+            lik[f"alpha_{g}_log__"] = -0.5 * np.sum(gw * p[f"z_{g}"] * s, axis=tuple(range(1, gw.ndim)))
+        flat = lambda parts: np.concatenate(  # noqa: E731
+            [np.reshape(parts[n], (len(X), -1)) for n in self.density.names], axis=1
+        )
+        return log_prior, log_lik, flat(grad), flat(lik)
+
+
+def _chunked(fn, rows):
+    def call(X):
+        return [fn(X[i : i + rows]) for i in range(0, len(X), rows)]
+
+    return call
+
+
+def _naive(density):
+    """The vectorised graph of the same density, compiled without our changes."""
+    import pytensor.tensor as pt
+    from pymc.pytensorf import compile as compile_pymc
+
+    from pymc_evidence.density import _batched
+
+    prior, lik = _batched(list(density._single), density._x, density._X)
+    grads = pt.grad(prior.sum(), density._X), pt.grad(lik.sum(), density._X)
+    return compile_pymc([density._X], [prior, lik, *grads], mode=density.mode)
+
+
+def time_interleaved(fns: dict, min_time: float, repeats: int) -> dict:
+    """Median over ``repeats`` rounds (each fn in turn) of the mean seconds per call."""
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        for fn, number, out in zip(fns, numbers, times):
-            t0 = time.perf_counter()
-            for _ in range(number):
+        for name, fn in fns.items():
+            n, start = 0, time.perf_counter()
+            while True:
                 fn()
-            out.append((time.perf_counter() - t0) / number)
-    return [(float(np.median(t)), float(np.min(t))) for t in times]
+                n += 1
+                elapsed = time.perf_counter() - start
+                if elapsed >= min_time:
+                    break
+            times[name].append(elapsed / n)
+    return {name: float(np.median(t)) for name, t in times.items()}
 
 
-def run(args) -> tuple[list[dict], dict]:
-    import warnings
-
+def run(args):
     warnings.filterwarnings("ignore", "PyTensor could not link to a BLAS", UserWarning)
     import pymc as pm
     import pytensor
 
     from pymc_evidence.density import ModelDensity
+    from pymc_evidence.testing import robot_arm_data, robot_arm_mlp
 
-    load_start = os.getloadavg()[0]
-    x, y = load_robot_arm(args.data, args.cases)
+    x, y = robot_arm_data()[:2]
     rng = np.random.default_rng(args.seed)
-    rows, compile_times = [], {}
+    rows, compile_s = [], {}
+    load_start = os.getloadavg()[0]
     for h in args.hidden:
-        model = mlp_model(x, y, h)
+        model = robot_arm_mlp(h)
         t0 = time.perf_counter()
-        density = ModelDensity(model, backend=args.backend)
-        X = density.prior_draws(rng, max(args.batch))
-        density(X[:1])  # Numba compiles at the first call: count it as compilation
-        compile_times[h] = time.perf_counter() - t0
-        print(f"h={h}: d={density.dim}, compiled in {compile_times[h]:.1f} s", flush=True)
+        ours = ModelDensity(model)
+        compile_s[h] = {"ours": time.perf_counter() - t0}
+        t0 = time.perf_counter()
+        naive = _naive(ours)
+        compile_s[h]["naive"] = time.perf_counter() - t0
+        X = ours.prior_draws(rng, max(args.batch)) * 0.3
+        floor = NumpyFloor(ours, x, y, h)
+        reference, check = ours(X[:8]), floor(X[:8])
+        for a, b in zip(reference, check):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+        contenders = {"ours": ours, "naive": naive, "floor": _chunked(floor, ours.chunk_rows)}
+        if args.numba:
+            t0 = time.perf_counter()
+            numba = ModelDensity(model, backend="numba")
+            numba(X[:1])  # Numba compiles at the first call
+            compile_s[h]["numba"] = time.perf_counter() - t0
+            contenders["numba"] = numba
+        print(f"h={h}: d={ours.dim}, chunk_rows={ours.chunk_rows}, compile {compile_s[h]}", flush=True)
         for K in args.batch:
             XK = X[:K]
-            singles = [XK[i : i + 1] for i in range(K)]
-
-            def batched(XK=XK):
-                density(XK)
-
-            def loop(singles=singles):
-                for xi in singles:
-                    density(xi)
-
-            (t_batch, best_batch), (t_loop, best_loop) = call_times(
-                [batched, loop], args.min_time, args.repeats
+            times = time_interleaved(
+                {name: (lambda f=f: f(XK)) for name, f in contenders.items()},
+                args.min_time, args.repeats,
             )
-            row = {
-                "h": h,
-                "d": density.dim,
-                "K": K,
-                "batched_us_per_point": 1e6 * t_batch / K,
-                "loop_us_per_point": 1e6 * t_loop / K,
-                "speedup": t_loop / t_batch,
-                "batched_best": 1e6 * best_batch / K,
-                "loop_best": 1e6 * best_loop / K,
-            }
+            row = {"h": h, "d": ours.dim, "K": K}
+            row.update({f"{name}_us": 1e6 * t / K for name, t in times.items()})
             rows.append(row)
-            print(
-                f"  K={K:3d}: batched {row['batched_us_per_point']:9.1f} µs/point, "
-                f"loop {row['loop_us_per_point']:9.1f} µs/point, speed-up ×{row['speedup']:.2f}",
-                flush=True,
-            )
+            print("  " + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
     env = {
         "date": datetime.date.today().isoformat(),
         "python": platform.python_version(),
         "pymc": pm.__version__,
         "pytensor": pytensor.__version__,
         "numpy": np.__version__,
-        "backend": args.backend,
-        "blas__ldflags": repr(pytensor.config.blas__ldflags),
         "cpus": os.cpu_count(),
-        "machine": platform.machine(),
-        "compile_s": compile_times,
-        "load": (load_start, os.getloadavg()[0]),
+        "load average (start, end)": (round(load_start, 2), round(os.getloadavg()[0], 2)),
+        "compile seconds": {h: {k: round(v, 1) for k, v in c.items()} for h, c in compile_s.items()},
     }
     return rows, env
 
 
-def markdown(rows: list[dict], env: dict, args) -> str:
+def markdown(rows, env) -> str:
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    for name in ("naive", "floor", "numba"):
+        if f"{name}_us" in frame:
+            frame[f"{name}/ours"] = frame[f"{name}_us"] / frame["ours_us"]
     lines = [
-        "# Batched density speed: robot-arm MLP",
+        "# Batched density speed: robot-arm MLP (µs per point, lower is better)",
         "",
-        "Generated by `python benchmarks/density_speed.py"
-        + (" --quick" if args.quick else "")
-        + f"` on {env['date']}: Python {env['python']}, PyMC {env['pymc']}, "
-        f"PyTensor {env['pytensor']}, NumPy {env['numpy']}, backend `{env['backend']}`, "
-        f"BLAS flags {env['blas__ldflags']}, {env['cpus']} CPUs ({env['machine']}).",
+        "Written by `benchmarks/density_speed.py`. `ours` = `ModelDensity` (C backend), `naive` = the",
+        "same vectorised graph compiled as is, `floor` = hand-written batched NumPy, `numba` =",
+        "`ModelDensity(backend='numba')`; ratios > 1 mean ours is faster. Timings interleaved in one",
+        "process, median of repeats.",
         "",
-        f"One call = log prior + log likelihood + both gradients at K points (N={args.cases} cases, "
-        "2 inputs, 2 outputs, h tanh units, Gamma hyperpriors on 4 weight-group precisions and "
-        "the noise precision; d parameters in unconstrained space). Points are exact prior draws. "
-        f"Median (and best) of {args.repeats} repeats of ≥{args.min_time:g} s each, batched and loop "
-        "timed in turn within each repeat. *loop* = K calls with one point each; *speed-up* = "
-        "median loop time / median batched time.",
+        frame.to_markdown(index=False, floatfmt=".2f"),
         "",
-        "| h | d | K | batched µs/point | loop µs/point | speed-up | best batched | best loop |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['h']} | {r['d']} | {r['K']} | {r['batched_us_per_point']:.1f} | "
-            f"{r['loop_us_per_point']:.1f} | {r['speedup']:.2f} | {r['batched_best']:.1f} | "
-            f"{r['loop_best']:.1f} |"
-        )
-    lines += [
-        "",
-        "Compile time (model build + C compile, warm or cold `~/.pytensor` cache): "
-        + ", ".join(f"h={h}: {t:.1f} s" for h, t in env["compile_s"].items())
-        + ".",
-        "",
-        "The cost of one point depends on the point (libm's `tanh` is fast for saturated "
-        "arguments, and the Gamma hyperpriors make weight scales span many orders of magnitude), "
-        "so the loop column also varies with K: each K uses the first K of the same prior draws.",
-        "",
-        f"Timings come from a shared machine (1-min load average {env['load'][0]:.1f} at the start, "
-        f"{env['load'][1]:.1f} at the end, on {env['cpus']} CPUs): read them as orders of magnitude.",
+        "Environment: " + "; ".join(f"{k}: {v}" for k, v in env.items()),
         "",
     ]
     return "\n".join(lines)
@@ -210,53 +216,29 @@ def markdown(rows: list[dict], env: dict, args) -> str:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="h=4, K=1 16, short timings; prints only (smoke test)"
-    )
-    parser.add_argument("--hidden", type=int, nargs="+", help="hidden units h (default 4 16 64)")
-    parser.add_argument("--batch", type=int, nargs="+", help="batch sizes K (default 1 16 64)")
-    parser.add_argument("--cases", type=int, default=200, help="training cases N (rows 1..N)")
-    parser.add_argument("--repeats", type=int, default=7, help="repeats; the median is reported")
-    parser.add_argument("--min-time", type=float, default=0.2, help="seconds per repeat, at least")
-    parser.add_argument("--backend", choices=("c", "numba"), default="c")
+    parser.add_argument("--quick", action="store_true", help="h=4, K=16, short timings; print only")
+    parser.add_argument("--hidden", type=int, nargs="+", default=[4, 16, 64])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--min-time", type=float, default=0.3, help="seconds per timing, at least")
+    parser.add_argument("--no-numba", dest="numba", action="store_false", help="skip the Numba backend")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data", type=Path, default=None, help="robot_arm_mackay.csv")
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=None,
-        help=f"markdown results file (default {DEFAULT_OUTPUT.relative_to(ROOT)}; none with --quick)",
-    )
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
     if args.quick:
-        args.hidden, args.batch = args.hidden or [4], args.batch or [1, 16]
-        args.repeats, args.min_time = 3, 0.05
-    else:
-        args.hidden, args.batch = args.hidden or [4, 16, 64], args.batch or [1, 16, 64]
-        if args.output is None:
-            args.output = DEFAULT_OUTPUT
-    if args.data is None:
-        found = [p for p in DATA_CANDIDATES if p.exists()]
-        if not found:
-            parser.error("robot_arm_mackay.csv not found; pass --data PATH")
-        args.data = found[0]
-    if min(args.batch) < 1 or min(args.hidden) < 1:
-        parser.error("--batch and --hidden must be positive")
+        args.hidden, args.batch, args.repeats, args.min_time, args.numba = [4], [16], 1, 0.05, False
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     rows, env = run(args)
-    text = markdown(rows, env, args)
-    print()
-    print(text)
-    if args.output is not None:
+    if not args.quick:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text)
-        print(f"written to {args.output}")
+        args.output.write_text(markdown(rows, env))
+        print(f"wrote {args.output}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
