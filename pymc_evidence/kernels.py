@@ -57,24 +57,47 @@ class Metric(NamedTuple):
     chol_inv: np.ndarray | None = None  # (d, d) inverse of Σ's lower Cholesky factor
 
     @classmethod
-    def from_population(cls, positions, weights, dense: bool) -> "Metric":
-        """Weighted covariance of a population (K×d, weights summing to 1).
+    def from_population(cls, positions, weights, dense: bool, gradients=None) -> "Metric":
+        """Metric estimated from a weighted population (K×d, weights summing to 1).
+
+        Without ``gradients``: the population's covariance. With ``gradients`` (of the log target
+        at the positions): the geometric mean of the covariance of the positions, C_θ, and the
+        inverse covariance of the gradients, C_g⁻¹ — on the diagonal √(Var θ_i / Var ∂_i log π)
+        (nutpie's rule), densely C_θ # C_g⁻¹ = C_θ^{1/2} (C_θ^{1/2} C_g C_θ^{1/2})^{−1/2} C_θ^{1/2}.
+        Both equal Σ for a Gaussian N(μ, Σ) (there C_g = Σ⁻¹). When the population spans
+        separated modes (an MLP's permutation-symmetric posterior) C_θ holds the spread between
+        modes while C_g sees each mode's own width; the mean lies between, and the step size no
+        longer has to shrink to the narrowest mode across the whole spread.
 
         A dense estimate needs an effective population of at least twice the dimension (else
-        the diagonal is used); it is shrunk slightly towards its diagonal, by 5/(K_eff + 5) as
-        Stan regularises its adapted metric.
+        the diagonal is used); each covariance is shrunk towards its diagonal by 5/(K_eff + 5),
+        as Stan regularises its adapted metric.
         """
-        center = weights @ positions
-        centered = positions - center
-        variances = weights @ centered**2
-        variances = np.maximum(variances, 1e-10 * max(float(np.max(variances)), 1e-300))
         effective = 1.0 / np.sum(weights**2)
         d = positions.shape[1]
-        if not dense or effective < 2 * d:
-            return cls(variances)
-        cov = (centered * weights[:, None]).T @ centered
+        dense = dense and effective >= 2 * d
         shrink = 5.0 / (effective + 5.0)
-        cov = (1 - shrink) * cov + shrink * np.diag(variances)
+
+        def covariance(values):
+            centered = values - weights @ values
+            variances = np.maximum(weights @ centered**2, 1e-300)
+            if not dense:
+                return variances, None
+            cov = (centered * weights[:, None]).T @ centered
+            return variances, (1 - shrink) * cov + shrink * np.diag(variances)
+
+        variances, cov = covariance(positions)
+        if gradients is not None:
+            grad_variances, grad_cov = covariance(gradients)
+            variances = np.sqrt(variances / grad_variances)
+            if dense:
+                cov = _geometric_mean_with_inverse(cov, grad_cov)
+                if cov is None:
+                    return cls(np.maximum(variances, 1e-10 * float(np.max(variances))))
+                variances = np.diag(cov).copy()
+        variances = np.maximum(variances, 1e-10 * max(float(np.max(variances)), 1e-300))
+        if cov is None:
+            return cls(variances)
         try:
             chol = np.linalg.cholesky(cov)
         except np.linalg.LinAlgError:
@@ -94,6 +117,22 @@ class Metric(NamedTuple):
 
     def kinetic_energy(self, momentum: np.ndarray) -> np.ndarray:
         return 0.5 * np.sum(momentum * self.velocity(momentum), axis=1)
+
+
+def _sqrtm(matrix, power=0.5):
+    """Symmetric positive-definite ``matrix`` to a real ``power``, by eigendecomposition."""
+    values, vectors = np.linalg.eigh(matrix)
+    return (vectors * np.maximum(values, 1e-300) ** power) @ vectors.T
+
+
+def _geometric_mean_with_inverse(cov, grad_cov):
+    """C # G⁻¹ = C^{1/2} (C^{1/2} G C^{1/2})^{−1/2} C^{1/2}, or None if not positive definite."""
+    root = _sqrtm(cov)
+    middle = root @ grad_cov @ root
+    if not np.all(np.isfinite(middle)) or np.linalg.eigvalsh(middle)[0] <= 0:
+        return None
+    mean = root @ _sqrtm((middle + middle.T) / 2, -0.5) @ root
+    return (mean + mean.T) / 2
 
 
 def init(density, positions: np.ndarray) -> HMCState:

@@ -205,7 +205,8 @@ def _run_round(
 
         weights = np.exp(log_weights.ravel())
         metric = kernels.Metric.from_population(
-            state.position, weights / weights.sum(), options["dense_mass"]
+            state.position, weights / weights.sum(), options["dense_mass"],
+            gradients=state.grad_log_prior + lam * state.grad_log_likelihood,
         )
         if step_sizes and k < len(step_sizes):
             step_size = step_sizes[k]
