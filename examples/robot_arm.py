@@ -217,7 +217,7 @@ def plot_fig2(table: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_fig1(result, path: Path) -> None:
+def plot_fig1(result, h: int, path: Path) -> None:
     """Barber & Bishop Fig. 1: evidence ratio per stage, E_λ[log L], energies near λ = 0.6."""
     import matplotlib
 
@@ -226,6 +226,7 @@ def plot_fig1(result, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), layout="constrained")
     pm_evidence.plot_stages(result, ax=axes[:2])
+    axes[0].set_title(f"h = {h}: {len(result.diagnostics)} stages")
     lam = result.diagnostics["lambda"].to_numpy()
     stage = int(np.argmin(np.abs(lam - 0.6)))
     pm_evidence.plot_trace_energy(result, stage=stage, ax=axes[2])
@@ -304,7 +305,7 @@ def main(argv=None) -> pd.DataFrame:
         warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
         result = run_thermodynamic(robot_arm_mlp(h_diag), thermo_options, args.seed + h_diag,
                                    args.checkpoints / f"{stem}_h{h_diag}.ckpt")
-    plot_fig1(result, args.out / f"{stem}_fig1.png")
+    plot_fig1(result, h_diag, args.out / f"{stem}_fig1.png")
     return shown.sort_values("h").reset_index(drop=True)
 
 
