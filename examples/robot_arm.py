@@ -1,0 +1,313 @@
+"""Barber & Bishop (1997) §5: robot-arm MLP evidence against hidden units, chaining vs Laplace.
+
+MacKay's robot-arm problem: learn (x1, x2) → (y1, y2), y1 = 2 cos x1 + 1.3 cos(x1 + x2),
+y2 = 2 sin x1 + 1.3 sin(x1 + x2), from 200 cases with output noise σ = 0.05. The model is
+:func:`pymc_evidence.testing.robot_arm_mlp`: one tanh hidden layer of h units, Barber &
+Bishop's gamma hyperpriors on four weight-group precisions and on the noise precision,
+weights non-centred. For each h:
+
+* **thermodynamic chaining**: ``pm_evidence.thermodynamic(model, target_se=...)``, Barber &
+  Bishop's Fig. 2a; its λ = 1 particles give the posterior-mean prediction;
+* **Laplace**: the Gaussian approximation at the posterior modes (Barber & Bishop's Fig. 3a):
+  L-BFGS from exact prior draws on the model's public density, then
+  ``pm_evidence.laplace(model, start=optima, mlp_layers=MLPLayer(...))``, which polishes the
+  optima, merges those that are copies of one another under the 2^h·h! sign-flip ×
+  permutation symmetries, adds log(2^h h!) and sums the distinct modes' evidences. The
+  prediction is the network at the highest mode (the MAP), and, as in Barber & Bishop's
+  Fig. 3b, the mean over the optima found;
+* the **test error**, normalised as in Barber & Bishop's Fig. 2b so that its theoretical minimum
+  is 1.0: the mean over test cases and both outputs of (prediction − target)² / σ², σ = 0.05.
+  The true function scores 1.0 only in expectation: on a finite test set its score is itself
+  noisy (0.942 on MacKay's 400 test rows), and the table reports it as ``test_error_floor``.
+
+Test sets: MacKay's (rows 201–600 of the data, default) or, with ``--test-set generated``,
+Barber & Bishop's "own test set of 1000 points using the same prescription": inputs uniform on
+x1 ∈ [−1.932, −0.453] ∪ [0.453, 1.932], x2 ∈ [0.534, 3.142] (MacKay's intervals as Neal, 1996,
+§3.2 states them; the 600 stored rows lie inside them), targets the function plus N(0, 0.05²).
+
+The run is long (the full mode is h = 1..24) and resumable: each finished h is appended to the
+CSV, and h already in the CSV is skipped; the thermodynamic run of an h in progress is
+checkpointed after every stage (``--checkpoints``), so an interrupted run continues where it
+stopped. Writes ``robot_arm.csv``, ``robot_arm_fig2.png`` (log evidence and test error against
+h) and ``robot_arm_fig1.png`` (Fig. 1 diagnostics of one h: log evidence ratio per stage,
+E_λ[log L], and the energy of tracked chains at the stage nearest λ = 0.6) to
+``examples/results/`` (or ``--out``). ``--quick``: h ∈ {1, 2}, few particles and no Laplace
+(its optimisations take minutes per start on this model), written as ``robot_arm_quick*`` so
+that it never mixes with the full results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import minimize
+
+import pymc_evidence as pm_evidence
+from pymc_evidence.testing import robot_arm_data, robot_arm_mlp
+
+NOISE_SD = 0.05
+RESULTS = Path(__file__).resolve().parent / "results"
+NAME = "robot_arm"
+#: The hidden layer of robot_arm_mlp, in its unconstrained (non-centred) variables: flipping or
+#: permuting z's units flips or permutes the weights w = z / √α with them.
+LAYER = pm_evidence.MLPLayer(weights="z_w_in", bias="z_b_hidden", output="z_w_out")
+COLUMNS = [
+    "h", "dim", "log_z_thermodynamic", "se_thermodynamic", "ti", "ti_se", "n_stages", "n_groups",
+    "log_z_laplace", "laplace_modes", "laplace_optima", "log_symmetry",
+    "test_error_thermodynamic", "test_error_laplace_map", "test_error_laplace_optima_mean",
+    "test_error_floor", "test_set", "n_test", "seconds_thermodynamic", "seconds_laplace",
+    "warnings",
+]
+
+
+def arm(x: np.ndarray) -> np.ndarray:
+    """The noise-free robot-arm map (Barber & Bishop eq. 12), inputs (n, 2) → outputs (n, 2)."""
+    x1, x2 = x[:, 0], x[:, 1]
+    return np.column_stack([2.0 * np.cos(x1) + 1.3 * np.cos(x1 + x2),
+                            2.0 * np.sin(x1) + 1.3 * np.sin(x1 + x2)])
+
+
+def generated_test_set(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Barber & Bishop's test set: ``n`` new cases drawn by MacKay's prescription."""
+    rng = np.random.default_rng(seed)
+    magnitude = rng.uniform(0.453, 1.932, size=n)
+    x1 = np.where(rng.uniform(size=n) < 0.5, -magnitude, magnitude)
+    x = np.column_stack([x1, rng.uniform(0.534, 3.142, size=n)])
+    return x, arm(x) + NOISE_SD * rng.standard_normal((n, 2))
+
+
+def test_error(prediction: np.ndarray, y: np.ndarray) -> float:
+    """Mean over cases and outputs of (prediction − y)² / σ²: 1.0 for the true function, on
+    average (Barber & Bishop, Fig. 2b)."""
+    return float(np.mean((prediction - y) ** 2) / NOISE_SD**2)
+
+
+def network(weights: dict, x: np.ndarray) -> np.ndarray:
+    """Outputs of the MLP for each draw: weights with leading dim K, inputs (n, 2) → (K, n, 2)."""
+    hidden = np.tanh(np.einsum("ni,kih->knh", x, weights["w_in"]) + weights["b_hidden"][:, None])
+    return np.einsum("knh,kho->kno", hidden, weights["w_out"]) + weights["b_out"][:, None]
+
+
+def posterior_mean_prediction(posterior: dict, x: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """Average network output over the λ = 1 draws (posterior dict with dims (chain, draw, ...))."""
+    flat = {k: np.reshape(posterior[k], (-1, *np.shape(posterior[k])[2:]))
+            for k in ("w_in", "b_hidden", "w_out", "b_out")}
+    total = np.zeros((len(x), 2))
+    n = len(flat["w_in"])
+    for start in range(0, n, chunk):
+        part = {k: v[start : start + chunk] for k, v in flat.items()}
+        total += network(part, x).sum(axis=0)
+    return total / n
+
+
+def _optimise(density, rng, restarts: int) -> np.ndarray:
+    """L-BFGS maxima of the unconstrained log joint from ``restarts`` exact prior draws."""
+
+    def negative(x):
+        values = density(x[None, :])
+        value = values.log_prior[0] + values.log_likelihood[0]
+        grad = values.grad_log_prior[0] + values.grad_log_likelihood[0]
+        if not np.isfinite(value):
+            return np.inf, np.zeros_like(x)
+        return -value, -grad
+
+    optima = []
+    for x0 in density.prior_draws(rng, restarts):
+        fit = minimize(negative, x0, jac=True, method="L-BFGS-B", options={"maxiter": 20_000})
+        if np.isfinite(fit.fun):
+            optima.append(fit.x)
+    return np.array(optima)
+
+
+def run_laplace(model, restarts: int, seed: int, x_test, y_test) -> dict:
+    """Laplace evidence summed over the modes, and the test errors at the optima."""
+    start = time.perf_counter()
+    density = pm_evidence.get_density(model)
+    optima = _optimise(density, np.random.default_rng(seed), restarts)
+    result = pm_evidence.laplace(
+        model, start=optima, restarts=0, mlp_layers=LAYER, random_seed=seed, progressbar=False
+    )
+    values = density(optima)
+    best = int(np.argmax(values.log_prior + values.log_likelihood))
+    errors = [
+        test_error(network(density.to_constrained(x[None, :]), x_test)[0], y_test) for x in optima
+    ]
+    return {
+        "log_z_laplace": result.log_evidence,
+        "laplace_modes": int(result.estimates["n_modes"]),
+        "laplace_optima": len(optima),
+        "log_symmetry": result.estimates["log_symmetry"],
+        "test_error_laplace_map": errors[best],
+        "test_error_laplace_optima_mean": float(np.mean(errors)),
+        "seconds_laplace": time.perf_counter() - start,
+        "_warnings": result.warnings,
+    }
+
+
+def run_thermodynamic(model, options: dict, seed: int, checkpoint: Path):
+    """Thermodynamic chaining, checkpointed after every stage (a finished run is reloaded)."""
+    return pm_evidence.thermodynamic(
+        model, random_seed=seed, progressbar=False, checkpoint=checkpoint, **options
+    )
+
+
+def run_h(h: int, args, thermo_options: dict, x_test, y_test, checkpoint: Path) -> dict:
+    model = robot_arm_mlp(h)
+    seed = args.seed + h  # one independent stream per h, the same whatever else is run
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
+        result = run_thermodynamic(model, thermo_options, seed, checkpoint)
+        laplace_row = (run_laplace(model, args.restarts, seed, x_test, y_test)
+                       if args.restarts else {"_warnings": []})
+    prediction = posterior_mean_prediction(result.posterior, x_test)
+    messages = [f"thermodynamic: {w}" for w in result.warnings]
+    messages += [f"laplace: {w}" for w in laplace_row.pop("_warnings")]
+    return {
+        "h": h,
+        "dim": pm_evidence.get_density(model).dim,
+        "log_z_thermodynamic": result.log_evidence,
+        "se_thermodynamic": result.se,
+        "ti": result.estimates["ti"],
+        "ti_se": result.estimates["ti_se"],
+        "n_stages": int(result.estimates["n_stages"]),
+        "n_groups": int(result.estimates["n_groups"]),
+        **laplace_row,
+        "test_error_thermodynamic": test_error(prediction, y_test),
+        "test_error_floor": test_error(arm(x_test), y_test),
+        "test_set": args.test_set,
+        "n_test": len(x_test),
+        "seconds_thermodynamic": result.timing["total"],
+        "warnings": " | ".join(messages),
+    }
+
+
+def plot_fig2(table: pd.DataFrame, path: Path) -> None:
+    """Barber & Bishop Figs. 2–3: log evidence (±2 SE) and normalised test error against h."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = table.sort_values("h")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+    left.errorbar(table["h"], table["log_z_thermodynamic"], yerr=2 * table["se_thermodynamic"],
+                  fmt="o-", ms=4, capsize=3, label="thermodynamic chaining (±2 SE)")
+    left.plot(table["h"], table["log_z_laplace"], "s--", ms=4, label="Laplace (modes summed)")
+    left.set_xlabel("hidden units h")
+    left.set_ylabel("log evidence ln p(D | h)")
+    left.legend(fontsize=8)
+    right.plot(table["h"], table["test_error_thermodynamic"], "o-", ms=4,
+               label="posterior mean (chaining draws)")
+    right.plot(table["h"], table["test_error_laplace_map"], "s--", ms=4, label="Laplace MAP")
+    right.plot(table["h"], table["test_error_laplace_optima_mean"], "^:", ms=4,
+               label="mean over Laplace optima")
+    right.axhline(1.0, color="k", lw=0.8, label="theoretical minimum")
+    right.plot(table["h"], table["test_error_floor"], color="0.5", ls="--", lw=0.8,
+               label="true function on this test set")
+    right.set_yscale("log")
+    right.set_xlabel("hidden units h")
+    right.set_ylabel("test error / σ²")
+    right.legend(fontsize=8)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_fig1(result, h: int, path: Path) -> None:
+    """Barber & Bishop Fig. 1: evidence ratio per stage, E_λ[log L], energies near λ = 0.6."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), layout="constrained")
+    pm_evidence.plot_stages(result, ax=axes[:2])
+    axes[0].set_title(f"h = {h}: {len(result.diagnostics)} stages")
+    lam = result.diagnostics["lambda"].to_numpy()
+    stage = int(np.argmin(np.abs(lam - 0.6)))
+    pm_evidence.plot_trace_energy(result, stage=stage, ax=axes[2])
+    axes[2].set_title(f"tracked chains at stage {stage}")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> pd.DataFrame:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: h in {1, 2}, few particles and restarts")
+    parser.add_argument("--hidden", type=int, nargs="+", default=None,
+                        help="hidden units to run (default: 1..24, or 1 2 with --quick)")
+    parser.add_argument("--target-se", type=float, default=0.3,
+                        help="thermodynamic target standard error (nats; full mode)")
+    parser.add_argument("--n-particles", type=int, default=None,
+                        help="thermodynamic particles per group (default 256; 32 with --quick)")
+    parser.add_argument("--restarts", type=int, default=None,
+                        help="Laplace optimisations from prior draws; 0 skips Laplace (default "
+                             "16; 0 with --quick, as each optimisation takes minutes)")
+    parser.add_argument("--test-set", choices=["mackay", "generated"], default="mackay",
+                        help="MacKay's 400 test rows, or 1000 new cases (Barber & Bishop)")
+    parser.add_argument("--test-seed", type=int, default=1997, help="seed of --test-set generated")
+    parser.add_argument("--seed", type=int, default=0, help="base seed (h is added)")
+    parser.add_argument("--diagnostics-h", type=int, default=None,
+                        help="h of the Fig. 1 diagnostics (default: the largest h run)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="output directory")
+    parser.add_argument("--checkpoints", type=Path, default=None,
+                        help="thermodynamic checkpoints (default: OUT/robot_arm_checkpoints)")
+    args = parser.parse_args(argv)
+    hidden = args.hidden or ([1, 2] if args.quick else list(range(1, 25)))
+    if args.restarts is None:
+        args.restarts = 0 if args.quick else 16
+    args.checkpoints = args.checkpoints or args.out / f"{NAME}_checkpoints"
+    if args.quick:
+        thermo_options = {"n_particles": args.n_particles or 16, "n_groups": 2,
+                          "target_se": None, "max_transitions": 3}
+    else:
+        thermo_options = {"n_particles": args.n_particles or 256, "target_se": args.target_se}
+
+    if args.test_set == "mackay":
+        _, _, x_test, y_test = robot_arm_data()
+    else:
+        x_test, y_test = generated_test_set(1000, args.test_seed)
+
+    # Quick runs get their own files, so a smoke test never mixes into (or skips) full results.
+    stem = f"{NAME}_quick" if args.quick else NAME
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.checkpoints.mkdir(parents=True, exist_ok=True)
+    csv = args.out / f"{stem}.csv"
+    rows = pd.read_csv(csv).to_dict("records") if csv.exists() else []
+    done = {int(r["h"]) for r in rows if r["test_set"] == args.test_set}
+    for h in hidden:
+        if h in done:
+            print(f"h={h}: already in {csv}, skipped")
+            continue
+        checkpoint = args.checkpoints / f"{stem}_h{h}.ckpt"
+        row = run_h(h, args, thermo_options, x_test, y_test, checkpoint)
+        rows.append(row)
+        table = pd.DataFrame(rows, columns=COLUMNS).sort_values(["test_set", "h"])
+        table.to_csv(csv, index=False, float_format="%.6g")
+        print(f"h={h}: log Z chaining {row['log_z_thermodynamic']:.2f} ± "
+              f"{row['se_thermodynamic']:.2f}, Laplace {row.get('log_z_laplace', np.nan):.2f}; "
+              f"test error {row['test_error_thermodynamic']:.3f} (posterior mean), "
+              f"{row.get('test_error_laplace_map', np.nan):.3f} (MAP)")
+
+    table = pd.read_csv(csv)  # as saved, so a resumed run returns exactly the same table
+    shown = table[(table["test_set"] == args.test_set) & table["h"].isin(hidden)]
+    plot_fig2(shown, args.out / f"{stem}_fig2.png")
+    h_diag = args.diagnostics_h or max(hidden)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
+        result = run_thermodynamic(robot_arm_mlp(h_diag), thermo_options, args.seed + h_diag,
+                                   args.checkpoints / f"{stem}_h{h_diag}.ckpt")
+    plot_fig1(result, h_diag, args.out / f"{stem}_fig1.png")
+    return shown.sort_values("h").reset_index(drop=True)
+
+
+if __name__ == "__main__":
+    main()
