@@ -208,13 +208,13 @@ def _run_all(tasks, workers: int):
     """Rows of ``run_h`` for each task as they finish, in ``workers`` processes.
 
     Each h is an independent task with its own seed, so the table does not depend on
-    ``workers``; the largest h go first, for a balanced finish.
+    ``workers``. The smallest h go first: an interrupted run leaves a curve from h = 1 up.
     """
     if workers == 1:
         yield from (run_h(*task) for task in tasks)
         return
     with ProcessPoolExecutor(workers) as pool:
-        futures = [pool.submit(run_h, *task) for task in sorted(tasks, key=lambda t: -t[0])]
+        futures = [pool.submit(run_h, *task) for task in sorted(tasks, key=lambda t: t[0])]
         yield from (future.result() for future in as_completed(futures))
 
 
@@ -280,6 +280,10 @@ def main(argv=None) -> pd.DataFrame:
                         help="thermodynamic target standard error (nats; full mode)")
     parser.add_argument("--n-particles", type=int, default=None,
                         help="thermodynamic particles per group (default 256; 32 with --quick)")
+    parser.add_argument("--n-groups", type=int, default=4,
+                        help="thermodynamic groups in the first round (full mode)")
+    parser.add_argument("--max-groups", type=int, default=32,
+                        help="most thermodynamic groups when adding groups for --target-se")
     parser.add_argument("--restarts", type=int, default=None,
                         help="Laplace optimisations, started at the best λ = 1 particles; 0 "
                              "skips Laplace (default 16; 0 with --quick)")
@@ -303,7 +307,8 @@ def main(argv=None) -> pd.DataFrame:
         thermo_options = {"n_particles": args.n_particles or 16, "n_groups": 2,
                           "target_se": None, "max_transitions": 3}
     else:
-        thermo_options = {"n_particles": args.n_particles or 256, "target_se": args.target_se}
+        thermo_options = {"n_particles": args.n_particles or 256, "n_groups": args.n_groups,
+                          "max_groups": args.max_groups, "target_se": args.target_se}
 
     if args.test_set == "mackay":
         _, _, x_test, y_test = robot_arm_data()
