@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import inspect
 import json
+import multiprocessing
 import os
+import pickle
+import traceback
+import uuid
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import cloudpickle
@@ -113,10 +118,169 @@ class _CompareCheckpoint:
         os.replace(temporary, self.file(name, "nc"))
 
 
-def _run_pickled(payload: bytes):
-    """Worker side of an executor run: models travel as cloudpickle bytes."""
+#: ``executor=`` values that name an executor ``compare`` creates (and shuts down) itself.
+_EXECUTOR_NAMES = ("processes",)
+
+
+def _run_pickled(payload: bytes, task: str):
+    """Worker side of an executor run: models travel as cloudpickle bytes.
+
+    The estimator compiles the model's density on the worker (PyTensor's on-disk compilation
+    cache makes a repeated compile on the same machine cheap); the random stream is in the
+    payload, fixed before submission. ``task`` (the model's name and a one-off id) labels the
+    task and keeps Dask, which keys a task by its arguments, from confusing it with an identical
+    one submitted earlier (e.g. one that was cancelled).
+    """
     estimator, model, options = cloudpickle.loads(payload)
-    return estimator(model, **options)
+    try:
+        return estimator(model, **options)
+    except Exception as err:
+        portable = _portable_error(err, task)
+        if portable is err:
+            raise
+    raise portable  # outside the handler: without the unpicklable exception as its context
+
+
+def _portable_error(err: Exception, task: str) -> Exception:
+    """``err`` if plain pickle can send it back from a worker, else a copy that it can.
+
+    An exception that holds (or chains to one that holds) an unpicklable object, e.g. PyTensor
+    attaching the failing node of a locally defined Op, would otherwise break the process pool
+    (``BrokenProcessPool``) or reach Dask as a pickling error instead of the model's error. The
+    copy has the same type, arguments and message where it can (else it is a ``RuntimeError``
+    with the same text) and carries the original traceback chain as a note.
+    """
+    try:
+        pickle.dumps(err)
+        return err
+    except Exception:
+        pass
+    try:
+        copy = type(err)(*err.args)
+        pickle.dumps(copy)
+        if str(copy) != str(err):  # a constructor that rewrites its arguments into the message
+            raise ValueError
+    except Exception:
+        copy = RuntimeError(f"{type(err).__name__}: {err}")
+    copy.add_note(f"on the worker ({task}):\n" + "".join(traceback.format_exception(err)).rstrip())
+    return copy.with_traceback(err.__traceback__)
+
+
+def _failed(name: str, err: BaseException, where: str = "") -> RuntimeError:
+    """The error ``compare`` raises when one model's estimator fails: it names the model."""
+    return RuntimeError(
+        f"estimating the evidence of model {name!r}{where} failed: {type(err).__name__}: {err}"
+    )
+
+
+def _usable_cpus() -> int:
+    if hasattr(os, "process_cpu_count"):  # Python 3.13+
+        return os.process_cpu_count() or 1
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def _check_executor(executor) -> None:
+    """Reject an ``executor=`` value before any work starts."""
+    choices = (
+        f"None, one of {list(_EXECUTOR_NAMES)}, a concurrent.futures.Executor or a "
+        "dask.distributed.Client"
+    )
+    if isinstance(executor, str):
+        if executor not in _EXECUTOR_NAMES:
+            raise ValueError(f"executor must be {choices}; got {executor!r}")
+    elif executor is not None and not (
+        callable(getattr(executor, "submit", None))
+        or callable(getattr(executor, "get_executor", None))
+    ):
+        raise TypeError(f"executor must be {choices}; got a {type(executor).__name__}")
+
+
+def _resolve_executor(executor, n_tasks: int):
+    """``(executor, owned)``: the executor to submit to, and whether ``compare`` must shut it down.
+
+    ``None`` is sequential; ``"processes"`` a local process pool with one worker per model (at
+    most one per CPU); a ``dask.distributed.Client`` is used through ``client.get_executor()``;
+    any ``concurrent.futures.Executor`` (or object with ``submit``) as it is.
+    """
+    if executor is None or n_tasks == 0:
+        return None, False
+    if isinstance(executor, str):  # "processes", checked by _check_executor
+        return _local_pool(max(1, min(n_tasks, _usable_cpus()))), True
+    if not isinstance(executor, Executor) and callable(getattr(executor, "get_executor", None)):
+        return executor.get_executor(), False  # a dask.distributed.Client
+    return executor, False
+
+
+def _local_pool(max_workers: int) -> ProcessPoolExecutor:
+    """The process pool of ``executor="processes"``, its workers started by a fork server.
+
+    Not plain ``fork``: this process may run threads (a Dask client's event loop, progress bars,
+    BLAS), and forking a threaded process can deadlock the child. The fork server is a clean
+    single-threaded process that imports this package (and so PyMC) once, if it is not running
+    yet; each worker is forked from it, ready to run. Where there is no fork server (Windows),
+    workers are spawned and import PyMC each.
+    """
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return ProcessPoolExecutor(max_workers, mp_context=multiprocessing.get_context("spawn"))
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["__main__", __name__])  # "__main__" is the default preload
+    return ProcessPoolExecutor(max_workers, mp_context=context)
+
+
+def _stop_pool(pool: ProcessPoolExecutor, failed: bool) -> None:
+    """Shut down a pool ``compare`` created; after a failure, without waiting for running models."""
+    if failed:
+        terminate = getattr(pool, "terminate_workers", None)  # Python 3.14+
+        if terminate is not None:
+            terminate()
+        else:
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_on_executor(executor, estimator, named, jobs, todo, store, results, progressbar):
+    """Submit every model, collect results as they finish (saving each), fail on the first error.
+
+    On a failure the models not yet started are cancelled, and the error names the model.
+    """
+    payloads = {}
+    for name in todo:
+        try:
+            payloads[name] = cloudpickle.dumps((estimator, named[name], jobs[name]))
+        except Exception as err:
+            raise TypeError(
+                f"model {name!r} cannot be sent to the executor (cloudpickle failed: "
+                f"{type(err).__name__}: {err})"
+            ) from err
+    futures = {}
+    for name in todo:
+        label = f"model {name!r}, task {uuid.uuid4().hex}"
+        futures[executor.submit(_run_pickled, payloads[name], label)] = name
+    bar = None
+    if progressbar and todo:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc="compare: models")
+    try:
+        for future in as_completed(futures):
+            name = futures[future]
+            try:
+                result = future.result()
+            except Exception as err:
+                raise _failed(name, err, " on the executor") from err
+            results[name] = result
+            store.save(name, result)
+            if bar is not None:
+                bar.update()
+                bar.set_postfix_str(f"{name}: log Z = {result.log_evidence:.3f}")
+    finally:
+        for future in futures:
+            future.cancel()
+        if bar is not None:
+            bar.close()
 
 
 def compare(
@@ -147,11 +311,17 @@ def compare(
         evidences come from one joint run; ``executor`` is not used).
     prior_model_probs : dict or sequence of float, optional
         Prior model probabilities p(M_i) (positive, summing to 1); uniform by default.
-    executor : concurrent.futures.Executor, optional
-        Runs the models concurrently (e.g. ``ProcessPoolExecutor`` or a
-        ``dask.distributed.Client(...).get_executor()``). Models are sent with cloudpickle. Each
-        model's random stream is fixed before submission, so results do not depend on the
-        scheduling: the same seed gives the same table with or without an executor.
+    executor : None, "processes", concurrent.futures.Executor or dask.distributed.Client
+        Where the models run. ``None`` (default): one after another in this process, the
+        fastest for a few small models. ``"processes"``: a local process pool that ``compare``
+        creates and shuts down, one worker per model up to the number of CPUs. An executor
+        (e.g. ``ProcessPoolExecutor``, or ``client.get_executor()`` of a
+        ``dask.distributed.Client``; a ``Client`` itself is accepted too) runs them
+        concurrently on it and is left open. Models are sent with cloudpickle and compile their
+        densities on the workers. Each model's random stream is fixed before submission, so
+        results do not depend on the scheduling: the same seed gives the same table with or
+        without an executor. With an executor the progress bar counts finished models (the
+        workers run without bars).
     checkpoint : str or path, optional
         Directory where each finished model's result is saved (netCDF). Calling again with the
         same arguments loads finished models instead of redoing them, and resumes an
@@ -184,6 +354,13 @@ def compare(
 
         ``table.attrs["results"]`` maps each name to its :class:`~pymc_evidence.EvidenceResult`.
 
+    Raises
+    ------
+    RuntimeError
+        When an estimator fails on a model, with or without an executor: the message names the
+        model and the error, which is chained as ``__cause__`` (on an executor, models not yet
+        started are cancelled).
+
     Examples
     --------
     >>> import pymc_evidence as pm_evidence
@@ -215,6 +392,7 @@ def compare(
             f"{method} does not take option(s) {unknown}; it takes "
             f"{sorted(p for p in accepted if p not in ('model', 'random_seed', 'progressbar'))}"
         )
+    _check_executor(executor)
     for name, model in named.items():
         try:
             validate_model(model)
@@ -232,23 +410,25 @@ def compare(
     if store.directory is not None and "checkpoint" in accepted:
         for name in todo:
             jobs[name]["checkpoint"] = store.file(name, "ckpt")
-    if executor is None:
+    runner, owned = _resolve_executor(executor, len(todo))
+    if runner is None:
         for name in todo:
-            results[name] = estimator(named[name], **jobs[name])
+            try:
+                results[name] = estimator(named[name], **jobs[name])
+            except Exception as err:
+                raise _failed(name, err) from err
             store.save(name, results[name])
     else:
-        futures = {
-            name: executor.submit(
-                _run_pickled, cloudpickle.dumps((estimator, named[name], jobs[name]))
+        remote_jobs = {name: dict(jobs[name], progressbar=False) for name in todo}
+        failed = True
+        try:
+            _run_on_executor(
+                runner, estimator, named, remote_jobs, todo, store, results, progressbar
             )
-            for name in todo
-        }
-        for name, future in futures.items():
-            try:
-                results[name] = future.result()
-            except Exception as err:
-                raise RuntimeError(f"estimating the evidence of model {name!r} failed: {err}") from err
-            store.save(name, results[name])
+            failed = False
+        finally:
+            if owned:
+                _stop_pool(runner, failed)
     results = {name: results[name] for name in names}
     for name, result in results.items():
         result.model_name = name
