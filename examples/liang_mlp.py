@@ -16,7 +16,8 @@ Writes to ``--out`` (default ``examples/results``): ``liang_mlp_table3.csv`` (on
 and method), ``liang_mlp_table4.csv`` (full mode; one row per sample size and model) and
 ``liang_mlp.png`` (CMC's model transition path, and the probabilities by method).
 
-Run ``python examples/liang_mlp.py --quick`` for a smoke test (about a minute).
+Run ``python examples/liang_mlp.py --quick`` for a smoke test (minutes: most of it compiles the
+four models' densities and Hessians, ~10–20 min with a cold PyTensor cache on a loaded machine).
 """
 
 from __future__ import annotations
