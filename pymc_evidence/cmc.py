@@ -12,7 +12,8 @@ Two layers, as in the rest of the package:
   once (arrays with a leading replica axis), whose spread gives the standard error.
 * :func:`cmc`: the estimator over a list of PyMC models, with HMC moves within a model and
   independence proposals (multivariate t fitted to each model's pilot posterior draws) between
-  models.
+  models, or, for MLPs nested by hidden units, Liang's birth/death moves
+  (:mod:`pymc_evidence._birth_death`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ import pymc as pm
 from scipy.special import gammaln, logsumexp
 
 from pymc_evidence import kernels
+from pymc_evidence._birth_death import (
+    BirthDeath, FixedUnits, LiangUnits, StandardNormalUnits, check_nested, pooled_units, unit_layout,
+)
 from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceResult, warn
 
@@ -342,8 +346,19 @@ class _MoveCounts(NamedTuple):
     within_moves: np.ndarray  # (m,)
 
 
-def _make_step(densities, proposals, Q, hmc, counts: _MoveCounts):
-    """The CMC sampling step over models: eq. 2.2 with independence proposals between models."""
+class _IndependenceMove(NamedTuple):
+    """Between any two models: ω* ~ q_j, whatever ω is (log T ratio = log q_i(ω) − log q_j(ω*))."""
+
+    proposals: list  # one MultivariateT per model
+
+    def __call__(self, rng, i, j, X):
+        new = self.proposals[j].draw(rng, X.shape[0])
+        return new, self.proposals[i].logpdf(X) - self.proposals[j].logpdf(new)
+
+
+def _make_step(densities, between, Q, hmc, counts: _MoveCounts):
+    """The CMC sampling step over models: eq. 2.2, with ``between(rng, i, j, X) -> (X*, log T
+    ratio)`` proposing the jumps from model i to model j (q_ij apart)."""
     m = len(densities)
     log_Q = np.log(np.where(Q > 0, Q, 1.0))
     cum_Q = np.cumsum(Q, axis=1)
@@ -366,38 +381,30 @@ def _make_step(densities, proposals, Q, hmc, counts: _MoveCounts):
                 states[i] = _set_rows(states[i], rows, sub)
                 counts.within_accept[i] += float(np.sum(info.acceptance_rate))
                 counts.within_moves[i] += rows.size
-        for j in range(m):
-            # between-model moves into j: x* ~ q_j, accept by eq. 2.2
-            rows = np.flatnonzero((target == j) & (current != j))
-            if not rows.size:
-                continue
-            proposal = proposals[j].draw(rng, rows.size)
-            values = densities[j](proposal)
-            log_psi_new = values.log_prior + values.log_likelihood
-            src = current[rows]
-            log_psi_old = np.empty(rows.size)
-            log_q_old = np.empty(rows.size)
-            for i in np.unique(src):
-                mask = src == i
-                st = states[i]
-                log_psi_old[mask] = st.log_prior[rows[mask]] + st.log_likelihood[rows[mask]]
-                log_q_old[mask] = proposals[i].logpdf(st.position[rows[mask]])
-            log_alpha = (
-                log_g[rows, src] - log_g[rows, j]
-                + log_psi_new - log_psi_old
-                + log_Q[j, src] + log_q_old
-                - log_Q[src, j] - proposals[j].logpdf(proposal)
-            )
-            log_alpha = np.where(np.isfinite(log_alpha), log_alpha, -np.inf)
-            accept = np.log(rng.uniform(size=rows.size)) < log_alpha
-            np.add.at(counts.proposed, (src, j), 1)
-            np.add.at(counts.accepted, (src, j), accept)
-            if accept.any():
-                moved = rows[accept]
-                states[j] = _set_rows(
-                    states[j], moved, kernels.HMCState(proposal[accept], *(v[accept] for v in values))
+        for i in range(m):
+            for j in range(m):
+                rows = np.flatnonzero((current == i) & (target == j))
+                if i == j or not rows.size:
+                    continue
+                old = states[i]  # jumps into i only write rows of replicas outside model i
+                proposal, log_t = between(rng, i, j, old.position[rows])
+                values = densities[j](proposal)
+                log_alpha = (
+                    log_g[rows, i] - log_g[rows, j]
+                    + values.log_prior + values.log_likelihood
+                    - old.log_prior[rows] - old.log_likelihood[rows]
+                    + log_Q[j, i] - log_Q[i, j] + log_t
                 )
-                new_model[moved] = j
+                log_alpha = np.where(np.isfinite(log_alpha), log_alpha, -np.inf)
+                accept = np.log(rng.uniform(size=rows.size)) < log_alpha
+                counts.proposed[i, j] += rows.size
+                counts.accepted[i, j] += accept.sum()
+                if accept.any():
+                    moved = rows[accept]
+                    states[j] = _set_rows(
+                        states[j], moved, kernels.HMCState(proposal[accept], *(v[accept] for v in values))
+                    )
+                    new_model[moved] = j
         return _ChainState(new_model, states), new_model
 
     return step
@@ -453,7 +460,9 @@ def cmc(
     stage_length: int = 200,
     growth: float = 1.5,
     stability_tol: float | None = None,
-    model_proposal="uniform",
+    model_proposal=None,
+    mlp_layer=None,
+    unit_proposal: str = "pilot",
     n_pilot: int = 64,
     proposal_nu: float = 5.0,
     anchor_draws: int = 2000,
@@ -494,10 +503,25 @@ def cmc(
     stability_tol : float, optional
         If given, a stage is extended (up to twice K_s) until Liang's statistic S_k (batches of
         K_s/10) is below it.
-    model_proposal : {"uniform", "neighbour"} or ndarray (m, m), default "uniform"
-        Q = (q_ij). "uniform": a within-model move with probability 1/2, otherwise a jump to a
-        model drawn uniformly from the others. "neighbour": Liang's tridiagonal Q (§2.3), for
-        models ordered by size. A matrix must have rows summing to 1 and a symmetric pattern.
+    model_proposal : {"uniform", "neighbour"} or ndarray (m, m), optional
+        Q = (q_ij). "uniform" (the default without ``mlp_layer``): a within-model move with
+        probability 1/2, otherwise a jump to a model drawn uniformly from the others.
+        "neighbour" (the default with ``mlp_layer``, and the only pattern birth/death moves
+        allow): Liang's tridiagonal Q (§2.3), for models ordered by size. A matrix must have
+        rows summing to 1 and a symmetric pattern.
+    mlp_layer : MLPLayer or dict, optional
+        For MLPs that differ only in the number of hidden units of this layer (given in order
+        h, h + 1, …, sharing every other variable by name): jump between neighbouring models by
+        Liang's birth/death moves (§2.3) instead of independence proposals. A birth inserts a
+        new unit u ~ q at a uniformly chosen position; a death removes a uniformly chosen unit;
+        the acceptance is eq. 2.2 with T ratio q_{i+1,i} / (q_{i,i+1} q(u)) (Jacobian 1).
+    unit_proposal : {"pilot", "normal", "liang"}, default "pilot"
+        q(u) of a birth (with ``mlp_layer``). "pilot": a multivariate t fitted to every unit of
+        the larger model's pilot draws (sign-flipped copies included for odd or even
+        activations). "normal": N(0, I), the exact prior of the unit when its parameters are
+        the standard-normal z's of a non-centred parameterisation, so the acceptance is a
+        likelihood ratio. "liang": Liang's N(μ, ζ²) for every parameter, μ and ζ² the mean and
+        variance of the parameters of the units kept.
     n_pilot : int, default 64
         Chains of each model's pilot run (prior draws annealed to the posterior by HMC), whose
         draws fit the between-model proposals and the within-model HMC metric.
@@ -525,9 +549,12 @@ def cmc(
         ``estimates`` holds ``probability`` and ``probability_se`` (posterior model probability,
         uniform model prior), ``log_g`` (normalised), ``frequency`` (visits in the last stage),
         ``between_acceptance``, ``within_acceptance``, ``anchor``, ``anchor_se``,
-        ``is_log_evidence`` and ``is_se`` (the importance-sampling check).
+        ``is_log_evidence`` and ``is_se`` (the importance-sampling check); with ``mlp_layer``
+        also ``hidden_units``, ``birth_acceptance`` and ``death_acceptance`` (of the moves out
+        of this model; NaN for the largest / smallest model).
         ``diagnostics``: one row per stage (δ, iterations, S_k, log ĝ, its SE, visiting
-        frequency of this model, between-model acceptance from this model).
+        frequency of this model, between-model acceptance from this model; with
+        ``mlp_layer`` also birth and death acceptance).
         ``sample_stats``: the model transition path shared by all models: ``model_index``
         (chain = replica, draw = record), ``iteration`` and ``stage``; ``settings["models"]``
         names the indices. ``posterior``: the pilot's approximate posterior draws.
@@ -547,14 +574,17 @@ def cmc(
     3. Each iteration, every replica draws j from row i of Q. If j = i, one HMC transition
        within model i. Otherwise propose ω* ~ q_j and accept with
        min{1, ĝ_i ψ_j(ω*) q_ji q_i(ω) / (ĝ_j ψ_i(ω) q_ij q_j(ω*))} (eq. 2.2), where
-       ψ = prior × likelihood in each model's unconstrained space.
+       ψ = prior × likelihood in each model's unconstrained space. With ``mlp_layer``,
+       j = i + 1 is a birth (insert u ~ q(u) at a uniform position; T ratio 1 / q(u)) and
+       j = i − 1 a death (remove a uniformly chosen unit u; T ratio q(u)).
     4. Multiply ĝ of the model visited by 1 + δ_s. After K_s iterations (and S_k small, if
        ``stability_tol``), set δ_{s+1} = √(1 + δ_s) − 1 and K_{s+1} = growth·K_s, keep ĝ.
     5. Stop when δ < δ_end; normalise each replica's ĝ to sum to 1, average over replicas.
 
-    Liang's birth/death moves between nested MLPs (§2.3) are not implemented: the independence
-    proposals are valid for any list of models, but for multimodal posteriors (MLPs) a single
-    t proposal covers one mode region and between-model acceptance falls (a warning says so).
+    The independence proposals are valid for any list of models, but for multimodal
+    posteriors (MLPs) a single t proposal covers one mode region and between-model acceptance
+    falls (a warning says so); for MLPs nested by hidden units, the birth/death moves
+    (``mlp_layer``) propose one unit at a time instead.
 
     References
     ----------
@@ -583,11 +613,28 @@ def cmc(
         raise ValueError(f"cmc needs at least two models to compare, got {len(names)}")
     _validate_cmc(n_chains, delta_1, delta_end, stage_length, growth, n_pilot, anchor_draws)
     m = len(names)
+    layer, hidden = None, None
+    if mlp_layer is not None:
+        layer, hidden = check_nested(named, mlp_layer)
+        if unit_proposal not in UNIT_PROPOSALS:
+            raise ValueError(
+                f"unit_proposal must be one of {list(UNIT_PROPOSALS)}, got {unit_proposal!r}"
+            )
+    if model_proposal is None:
+        model_proposal = "uniform" if layer is None else "neighbour"
     Q = _model_proposal_matrix(model_proposal, m)
+    if layer is not None:
+        far = np.abs(np.subtract.outer(np.arange(m), np.arange(m))) > 1
+        if np.any(Q[far] > 0):
+            raise ValueError(
+                "with mlp_layer, model_proposal may only propose neighbouring models (one hidden "
+                "unit more or fewer); use 'neighbour' or a tridiagonal matrix"
+            )
     settings = dict(
         models=names, n_chains=int(n_chains), delta_1=delta_1, delta_end=delta_end,
         stage_length=int(stage_length), growth=growth, stability_tol=stability_tol,
         model_proposal=model_proposal if isinstance(model_proposal, str) else Q.tolist(),
+        mlp_layer=None if layer is None else vars(layer), unit_proposal=unit_proposal,
         n_pilot=int(n_pilot), proposal_nu=proposal_nu, anchor_draws=int(anchor_draws),
         target_accept=target_accept, trajectory_length=trajectory_length,
         max_leapfrog=max_leapfrog, path_every=int(path_every), backend=backend,
@@ -606,6 +653,10 @@ def cmc(
                           max_leapfrog=max_leapfrog)
     pilots = [_pilot(rng, d, int(n_pilot), 8, 4, kernel_options) for d in densities]
     proposals = [MultivariateT.fit(p.draws, nu=proposal_nu) for p in pilots]
+    if layer is None:
+        between = _IndependenceMove(proposals)
+    else:
+        between = _birth_death_move(densities, pilots, layer, unit_proposal, proposal_nu)
     hmc = [(p.step_size, p.metric, trajectory_length / p.step_size, max_leapfrog) for p in pilots]
     piloted = time.perf_counter()
 
@@ -616,7 +667,7 @@ def cmc(
         rows = rng.integers(0, len(pilots[i].draws), size=R)
         states.append(kernels.init(density, pilots[i].draws[rows]))
     counts = _MoveCounts(np.zeros((m, m)), np.zeros((m, m)), np.zeros(m), np.zeros(m))
-    step = _make_step(densities, proposals, Q, hmc, counts)
+    step = _make_step(densities, between, Q, hmc, counts)
 
     per_stage_between = []
     bar = _Progress(progressbar, len(delta_schedule(delta_1, delta_end)))
@@ -668,9 +719,13 @@ def cmc(
              f"({np.round(frequency.mean(axis=0), 3).tolist()} against {1 / m:.3f} each): ĝ has "
              "not converged; lengthen the stages (stage_length, growth) or lower delta_end.")
     if total_between < 0.02:
+        reason = (
+            "the independence proposals fit the posteriors badly (multimodal or heavy-tailed "
+            "posteriors)" if layer is None else
+            "new units drawn from q(u) rarely fit (try another unit_proposal)"
+        )
         warn(messages, f"only {100 * total_between:.2f} % of between-model moves were accepted: "
-             "the independence proposals fit the posteriors badly (multimodal or "
-             "heavy-tailed posteriors), so ĝ converges slowly.")
+             f"{reason}, so ĝ converges slowly.")
     if anchor_draws and np.isfinite(anchor_se):
         resid = is_log_z - log_evidence
         tol = 4 * np.sqrt(is_se**2 + log_p_se**2 + anchor_se**2) + 0.05
@@ -709,8 +764,24 @@ def cmc(
                 "frequency": float(np.mean(core.counts[s, :, i] / core.counts[s].sum(axis=1))),
                 "between_acceptance": float(a_s[i].sum() / max(p_s[i].sum(), 1)),
             })
+            if layer is not None:
+                rows[-1]["birth_acceptance"] = _rate(a_s, p_s, i, i + 1)
+                rows[-1]["death_acceptance"] = _rate(a_s, p_s, i, i - 1)
         diagnostics = pd.DataFrame(rows)
         diagnostics.index.name = "stage"
+        estimates = {
+            "probability": float(p_mean[i]), "probability_se": float(p_se[i]),
+            "log_g": float(log_p[i]), "frequency": float(frequency[:, i].mean()),
+            "between_acceptance": float(between_from[i]),
+            "within_acceptance": float(within[i]),
+            "anchor": anchor, "anchor_se": anchor_se,
+            "is_log_evidence": float(is_log_z[i]), "is_se": float(is_se[i]),
+            "n_iterations": int(core.stage_iterations.sum()),
+        }
+        if layer is not None:
+            estimates["hidden_units"] = int(hidden[i])
+            estimates["birth_acceptance"] = _rate(accepted, proposed, i, i + 1)
+            estimates["death_acceptance"] = _rate(accepted, proposed, i, i - 1)
         pilot = pilots[i]
         constrained = densities[i].to_constrained(pilot.draws)
         posterior = {
@@ -724,20 +795,41 @@ def cmc(
             diagnostics=diagnostics,
             posterior=posterior,
             sample_stats=dict(sample_stats),
-            estimates={
-                "probability": float(p_mean[i]), "probability_se": float(p_se[i]),
-                "log_g": float(log_p[i]), "frequency": float(frequency[:, i].mean()),
-                "between_acceptance": float(between_from[i]),
-                "within_acceptance": float(within[i]),
-                "anchor": anchor, "anchor_se": anchor_se,
-                "is_log_evidence": float(is_log_z[i]), "is_se": float(is_se[i]),
-                "n_iterations": int(core.stage_iterations.sum()),
-            },
+            estimates=estimates,
             settings=settings,
             timing=timing,
             warnings=list(messages),
         )
     return results
+
+
+def _rate(accepted, proposed, i, j) -> float:
+    """Acceptance of the jumps from model i to model j (NaN if j is not a model or none tried)."""
+    if not 0 <= j < len(proposed) or proposed[i, j] == 0:
+        return float("nan")
+    return float(accepted[i, j] / proposed[i, j])
+
+
+#: q(u) of a birth: ``cmc(..., unit_proposal=...)``.
+UNIT_PROPOSALS = ("pilot", "normal", "liang")
+
+
+def _birth_death_move(densities, pilots, layer, unit_proposal, proposal_nu) -> BirthDeath:
+    """Liang's birth/death move (§2.3) for the densities of MLPs with h, h + 1, … units."""
+    unit_names = {layer.weights, layer.bias, layer.output}
+    shared_names = [n for n in densities[0].names if n not in unit_names]
+    layouts = [unit_layout(d, layer, shared_names) for d in densities]
+    unit_proposals = []
+    for i in range(len(densities) - 1):
+        if unit_proposal == "normal":
+            unit_proposals.append(StandardNormalUnits())
+        elif unit_proposal == "liang":
+            unit_proposals.append(LiangUnits())
+        else:
+            # Units of the larger model's posterior: what a unit that "fits" looks like.
+            units = pooled_units(layouts[i + 1], layer, pilots[i + 1].draws)
+            unit_proposals.append(FixedUnits(MultivariateT.fit(units, nu=proposal_nu)))
+    return BirthDeath(layouts, unit_proposals)
 
 
 class _Progress:

@@ -147,9 +147,11 @@ class MLPLayer:
     ----------
     weights : str
         Name of the input→hidden weights ``W``; the hidden units run along ``weights_axis``.
-    output : str
+    output : str, optional
         Name of the hidden→next-layer weights ``V``; the hidden units run along
-        ``output_axis``.
+        ``output_axis``. None when the model has integrated them out analytically (as Liang
+        2005, §3, integrates out the output weights of a regression MLP): a unit is then its
+        incoming weights and bias alone.
     bias : str, optional
         Name of the hidden biases ``b`` (shape ``(h,)``), if the layer has them.
     activation : str, default "tanh"
@@ -166,7 +168,7 @@ class MLPLayer:
     """
 
     weights: str
-    output: str
+    output: str | None = None
     bias: str | None = None
     activation: str = "tanh"
     weights_axis: int = -1
@@ -188,7 +190,7 @@ class MLPLayer:
     def hidden_units(self, shapes: dict) -> int:
         """``h`` from the variables' shapes (``{name: shape}``), checking they agree."""
         h = shapes[self.weights][self.weights_axis]
-        h_out = shapes[self.output][self.output_axis]
+        h_out = shapes[self.output][self.output_axis] if self.output is not None else h
         h_bias = shapes[self.bias][0] if self.bias is not None else h
         if not h == h_out == h_bias:
             raise ValueError(
@@ -227,19 +229,18 @@ def as_layers(mlp_layers, density) -> list[MLPLayer]:
     return layers
 
 
-def _unit_matrix(values: dict, layer: MLPLayer) -> tuple[np.ndarray, list[int]]:
-    """One row per hidden unit: its incoming weights, bias and outgoing weights, concatenated.
-
-    Also returns the lengths of the incoming(+bias) and outgoing parts.
-    """
+def _unit_matrix(values: dict, layer: MLPLayer) -> tuple[np.ndarray, np.ndarray]:
+    """``(incoming, outgoing)``: one row per hidden unit, its incoming weights and bias
+    (h × (n_in + 1)) and its outgoing weights (h × n_out; no columns without ``output``)."""
     w = np.moveaxis(values[layer.weights], layer.weights_axis, 0)
-    v = np.moveaxis(values[layer.output], layer.output_axis, 0)
     h = w.shape[0]
     parts = [w.reshape(h, -1)]
     if layer.bias is not None:
         parts.append(values[layer.bias].reshape(h, 1))
     incoming = np.concatenate(parts, axis=1)
-    outgoing = v.reshape(h, -1)
+    if layer.output is None:
+        return incoming, incoming[:, :0]
+    outgoing = np.moveaxis(values[layer.output], layer.output_axis, 0).reshape(h, -1)
     return incoming, outgoing
 
 
@@ -272,7 +273,8 @@ def transform_units(
     apply(layer.weights, layer.weights_axis, True)
     if layer.bias is not None:
         apply(layer.bias, 0, True)
-    apply(layer.output, layer.output_axis, layer.sign_flips == "all")
+    if layer.output is not None:
+        apply(layer.output, layer.output_axis, layer.sign_flips == "all")
     return np.concatenate([values[name].ravel() for name in density.names])
 
 

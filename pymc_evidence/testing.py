@@ -11,6 +11,7 @@ from importlib.resources import files
 import numpy as np
 import pandas as pd
 import pymc as pm
+import pytensor.tensor as pt
 from scipy.special import gammaln
 from scipy.stats import multivariate_normal
 
@@ -25,6 +26,9 @@ __all__ = [
     "hierarchical_normal",
     "robot_arm_data",
     "robot_arm_mlp",
+    "unit_regression",
+    "liang_data",
+    "liang_mlp",
 ]
 
 
@@ -225,6 +229,118 @@ def robot_arm_mlp(hidden_units, x=None, y=None, name=""):
         hidden = pm.math.tanh(pm.math.dot(x, weights["w_in"]) + weights["b_hidden"])
         f = pm.math.dot(hidden, weights["w_out"]) + weights["b_out"]
         pm.Normal("y", f, 1.0 / pm.math.sqrt(beta), observed=y)
+    return model
+
+
+def unit_regression(hidden_units, x, y, scale=0.5, noise_sd=0.5, name=""):
+    """A regression built of exchangeable "hidden units" whose evidence is exact.
+
+    Unit k has incoming weights ``W[:, k]``, a bias ``b[k]`` and an outgoing weight ``v[k]``,
+    all N(0, 1), and contributes ``s·(x W[:, k] + b[k] + z v[k])`` (z a fixed feature, the
+    first input's square) to y = c + Σ_k (…) + ε, with c ~ N(0, 1) shared and ε ~ N(0, σ²I).
+    The units enter linearly (no sign symmetry: declare ``MLPLayer(..., activation="relu")``)
+    and only through their sum, so the models for h = 1, 2, … are nested by one unit exactly
+    as MLPs are, and
+
+        log Z_h = log N(y | 0, σ²I + 11ᵀ + h s² (x xᵀ + 11ᵀ + z zᵀ)).
+
+    Returns ``(model, log_evidence)``; the layer is ``MLPLayer("W", output="v", bias="b",
+    activation="relu")``.
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    h, (n, p) = int(hidden_units), x.shape
+    z = x[:, 0] ** 2
+    ones = np.ones((n, 1))
+    features = x @ x.T + ones @ ones.T + np.outer(z, z)
+    cov = noise_sd**2 * np.eye(n) + ones @ ones.T + h * scale**2 * features
+    log_z = multivariate_normal(np.zeros(n), cov).logpdf(y)
+    with pm.Model(name=name) as model:
+        c = pm.Normal("c", 0.0, 1.0)
+        w = pm.Normal("W", 0.0, 1.0, shape=(p, h))
+        b = pm.Normal("b", 0.0, 1.0, shape=h)
+        v = pm.Normal("v", 0.0, 1.0, shape=h)
+        mean = c + scale * (pm.math.dot(x, w.sum(axis=1)) + b.sum() + z * v.sum())
+        pm.Normal("y", mean, noise_sd, observed=y)
+    return model, float(log_z)
+
+
+#: Liang (2005, §3.1, Example 1): γ_k = (γ_k0, γ_k1, γ_k2) of the two true hidden units, and β.
+LIANG_GAMMA = np.array([[-0.5, 1.0, 3.0], [0.5, 2.0, 2.0]])
+LIANG_BETA = np.array([-1.0, 3.0, -1.5])
+
+
+def liang_data(n=30, seed=0, noise_sd=0.2):
+    """Liang's (2005, §3.1) simulated data: x ~ U(−2, 2)², y from eq. 3.1 with his true
+    2-unit tanh network, β = (−1, 3, −1.5), γ_1 = (−0.5, 1, 3), γ_2 = (0.5, 2, 2), σ = 0.2.
+
+    Returns ``(x, y)`` of shapes (n, 2) and (n,).
+    """
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-2.0, 2.0, size=(n, 2))
+    hidden = np.tanh(LIANG_GAMMA[:, 0] + x @ LIANG_GAMMA[:, 1:].T)
+    y = LIANG_BETA[0] + hidden @ LIANG_BETA[1:] + noise_sd * rng.normal(size=n)
+    return x, y
+
+
+def _cholesky_terms(B, r, k):
+    """log|B| and rᵀB⁻¹r for a small k×k matrix B, by a Cholesky factorisation written out
+    entry by entry.
+
+    Scalar operations only: vectorised over a batch of points they become elementwise
+    operations on vectors, where a batched ``pt.linalg.cholesky`` (and its gradient) loops
+    over the batch in Python. Measured for :func:`liang_mlp` with H = 4, 8 points per call
+    (PyTensor 2.38, C backend): 2.1 ms per call against 141 ms.
+    """
+    L = [[None] * k for _ in range(k)]
+    for j in range(k):
+        L[j][j] = pt.sqrt(B[j, j] - sum(L[j][m] ** 2 for m in range(j)))
+        for i in range(j + 1, k):
+            L[i][j] = (B[i, j] - sum(L[i][m] * L[j][m] for m in range(j))) / L[j][j]
+    v = []  # L v = r by forward substitution, so that rᵀB⁻¹r = vᵀv
+    for i in range(k):
+        v.append((r[i] - sum(L[i][m] * v[m] for m in range(i))) / L[i][i])
+    log_det = 2.0 * sum(pt.log(L[j][j]) for j in range(k))
+    return log_det, sum(vi**2 for vi in v)
+
+
+def liang_mlp(hidden_units, x, y, nu=1.0, eta=1.0, tau_beta=100.0, tau_gamma=100.0, name=""):
+    r"""Liang's (2005, §3) regression MLP with prior eq. 3.2, output weights integrated out.
+
+    y_t = β_0 + Σ_k β_k tanh(γ_k0 + x_t γ_k) + ε_t (eq. 3.1), ε_t ~ N(0, σ²), with
+    σ² ~ Inv-Gamma(ν, η), β_k | σ² ~ N(0, τ_β σ²), γ_kj | σ² ~ N(0, τ_γ σ²) (eq. 3.2).
+
+    As Liang does (§2.3: "integrate out as many parameters as possible"), the output weights
+    β are integrated out analytically: with Z = [1, tanh(γ_0 + x γ)] (n × (H+1)) and
+    B = I/τ_β + ZᵀZ,
+
+    .. math::
+
+        \log p(y \mid \gamma, \sigma^2) = -	frac n2 \log 2\pi\sigma^2
+        - 	frac12ig[(H+1)\log	au_eta + \log|B|ig]
+        - rac{y^	op y - y^	op Z B^{-1} Z^	op y}{2\sigma^2},
+
+    added as a ``pm.Potential`` (the likelihood). The evidence is that of the full model.
+    The hidden weights are non-centred, γ = √(τ_γ σ²)·z with z ~ N(0, 1): free variables
+    ``z_in`` (P × H) and ``z_bias`` (H,), the layer ``MLPLayer("z_in", bias="z_bias")`` (its
+    outgoing weights are integrated out), and ``sigma2``.
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    h, (n, p) = int(hidden_units), x.shape
+    with pm.Model(name=name) as model:
+        sigma2 = pm.InverseGamma("sigma2", nu, eta)
+        scale = pm.math.sqrt(tau_gamma * sigma2)
+        z_in = pm.Normal("z_in", 0.0, 1.0, shape=(p, h))
+        z_bias = pm.Normal("z_bias", 0.0, 1.0, shape=h)
+        hidden = pm.math.tanh(scale * (pm.math.dot(x, z_in) + z_bias))
+        Z = pm.math.concatenate([np.ones((n, 1)), hidden], axis=1)
+        B = np.eye(h + 1) / tau_beta + pm.math.dot(Z.T, Z)
+        log_det, quadratic = _cholesky_terms(B, pm.math.dot(Z.T, y), h + 1)
+        pm.Potential(
+            "likelihood",
+            -0.5 * n * pm.math.log(2 * np.pi * sigma2)
+            - 0.5 * ((h + 1) * np.log(tau_beta) + log_det)
+            - (y @ y - quadratic) / (2.0 * sigma2),
+        )
     return model
 
 

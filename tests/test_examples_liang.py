@@ -1,0 +1,49 @@
+"""examples/liang_mlp.py in quick mode: the pipeline runs and writes sane tables and a figure."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "liang_mlp.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("liang_mlp_example", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow  # compiles four MLP densities and their Hessians: minutes when not cached
+def test_liang_example_quick(tmp_path):
+    example = _load()
+    with pytest.warns(UserWarning):  # short CMC stages: visiting frequencies are not yet flat
+        output = example.main(quick=True, out=tmp_path, seed=0)
+    table = pd.read_csv(tmp_path / "liang_mlp_table3.csv")
+    assert (tmp_path / "liang_mlp.png").stat().st_size > 10_000
+    assert not (tmp_path / "liang_mlp_table4.csv").exists()  # the sample-size study: full mode
+    assert output["table4"].empty
+    assert list(table.groupby("method").size().items()) == [
+        ("cmc", 4), ("laplace", 4), ("liang2005", 4), ("thermodynamic", 4)
+    ]
+    for method, rows in table.groupby("method"):
+        assert list(rows["model"]) == ["H1", "H2", "H3", "H4"]
+        p = rows["probability"].to_numpy()
+        assert np.all(np.isfinite(p)) and np.all(p >= 0)
+        assert p.sum() == pytest.approx(1.0, abs=1e-6 if method != "liang2005" else 1e-3)
+    cmc = table[table["method"] == "cmc"].set_index("model")
+    # H1 (one unit) cannot fit the two-unit truth: every method puts almost nothing on it
+    assert (table[table["model"] == "H1"]["probability"] < 0.05).all()
+    assert 0 < cmc.loc["H2", "birth_acceptance"] <= 1 and 0 < cmc.loc["H3", "death_acceptance"] <= 1
+    assert np.isnan(cmc.loc["H1", "death_acceptance"]) and np.isnan(cmc.loc["H4", "birth_acceptance"])
+
+
+def test_liang_example_help():
+    example = _load()
+    assert "Table 3" in example.__doc__ and "--quick" in example.__doc__
+    assert set(example.PAPER_TABLE4) == {10, 20, 25, 30, 40, 50}
+    for row in example.PAPER_TABLE4.values():  # Liang's evidences are percentages summing to 100
+        assert sum(row) == pytest.approx(100.0, abs=0.02)
