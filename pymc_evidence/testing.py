@@ -315,9 +315,9 @@ def liang_mlp(hidden_units, x, y, nu=1.0, eta=1.0, tau_beta=100.0, tau_gamma=100
 
     .. math::
 
-        \log p(y \mid \gamma, \sigma^2) = -	frac n2 \log 2\pi\sigma^2
-        - 	frac12ig[(H+1)\log	au_eta + \log|B|ig]
-        - rac{y^	op y - y^	op Z B^{-1} Z^	op y}{2\sigma^2},
+        \log p(y \mid \gamma, \sigma^2) = -\frac n2 \log 2\pi\sigma^2
+        - \frac12\big[(H+1)\log\tau_\beta + \log|B|\big]
+        - \frac{y^\top y - y^\top Z B^{-1} Z^\top y}{2\sigma^2},
 
     added as a ``pm.Potential`` (the likelihood). The evidence is that of the full model.
     The hidden weights are non-centred, γ = √(τ_γ σ²)·z with z ~ N(0, 1): free variables
