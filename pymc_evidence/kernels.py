@@ -86,6 +86,15 @@ class Metric(NamedTuple):
             cov = (centered * weights[:, None]).T @ centered
             return variances, (1 - shrink) * cov + shrink * np.diag(variances)
 
+        if gradients is not None:
+            # Particles of zero weight may sit where the density vanishes (gradient not finite);
+            # any other non-finite gradient leaves the positions' covariance alone to decide.
+            live = weights > 0
+            gradients = (
+                np.where(live[:, None], gradients, 0.0)
+                if np.all(np.isfinite(gradients[live]))
+                else None
+            )
         variances, cov = covariance(positions)
         if gradients is not None:
             grad_variances, grad_cov = covariance(gradients)

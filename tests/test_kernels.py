@@ -38,3 +38,15 @@ def test_gradient_informed_metric_sees_the_width_of_separated_modes():
     informed = Metric.from_population(draws, weights, False, gradients=grads).variances[0]
     assert plain == pytest.approx(100.01, rel=0.02)
     assert informed == pytest.approx(np.sqrt(100.01 * 0.01), rel=0.02)  # geometric mean: ~1
+
+
+def test_non_finite_gradients_of_dead_particles_are_ignored(gaussian_population):
+    cov, draws, grads, weights = gaussian_population
+    draws, grads, weights = draws[:1000], grads[:1000].copy(), np.full(1000, 1 / 999)
+    weights[0], grads[0] = 0.0, np.nan  # a particle of zero weight, outside the support
+    with_dead = Metric.from_population(draws, weights, True, gradients=grads)
+    without = Metric.from_population(draws[1:], weights[1:], True, gradients=grads[1:])
+    np.testing.assert_allclose(with_dead.cov, without.cov, rtol=1e-10)
+    grads[1] = np.inf  # a live particle with a broken gradient: fall back to the positions
+    fallback = Metric.from_population(draws, weights, True, gradients=grads)
+    np.testing.assert_allclose(fallback.cov, Metric.from_population(draws, weights, True).cov)
