@@ -128,19 +128,22 @@ class Metric(NamedTuple):
         return 0.5 * np.sum(momentum * self.velocity(momentum), axis=1)
 
 
-def _sqrtm(matrix, power=0.5):
-    """Symmetric positive-definite ``matrix`` to a real ``power``, by eigendecomposition."""
-    values, vectors = np.linalg.eigh(matrix)
-    return (vectors * np.maximum(values, 1e-300) ** power) @ vectors.T
+def _power(values, vectors, power):
+    """A symmetric matrix from its eigendecomposition, eigenvalues raised to ``power``."""
+    return (vectors * values**power) @ vectors.T
 
 
 def _geometric_mean_with_inverse(cov, grad_cov):
     """C # G⁻¹ = C^{1/2} (C^{1/2} G C^{1/2})^{−1/2} C^{1/2}, or None if not positive definite."""
-    root = _sqrtm(cov)
+    values, vectors = np.linalg.eigh(cov)
+    root = _power(np.maximum(values, 1e-300), vectors, 0.5)  # roundoff can dip below 0
     middle = root @ grad_cov @ root
-    if not np.all(np.isfinite(middle)) or np.linalg.eigvalsh(middle)[0] <= 0:
+    if not np.all(np.isfinite(middle)):
         return None
-    mean = root @ _sqrtm((middle + middle.T) / 2, -0.5) @ root
+    values, vectors = np.linalg.eigh((middle + middle.T) / 2)
+    if values[0] <= 0:
+        return None
+    mean = root @ _power(values, vectors, -0.5) @ root
     return (mean + mean.T) / 2
 
 
