@@ -250,16 +250,39 @@ def _combine_stepping_stone(log_ratio: np.ndarray, log_ratio_var: np.ndarray) ->
     """Stepping-stone estimate from per-group, per-stage increments (arrays G×S).
 
     Each group's evidence estimate Ẑ_g = Π_k r̂_gk is unbiased, so groups are averaged on the
-    evidence scale: log Ẑ = log mean_g Ẑ_g. Its SE is the larger of the spread between groups and
-    the within-group error propagated from the stages' weights.
+    evidence scale: log Ẑ = log mean_g Ẑ_g. Its SE is the largest of the within-group error
+    propagated from the stages' weights, the delta-method spread of the Ẑ_g between groups, and
+    the heavy-tail bound of :func:`_lognormal_se`.
     """
     per_group = log_ratio.sum(axis=1)
     G = per_group.size
     log_z = float(logsumexp(per_group) - np.log(G))
     relative = np.exp(per_group - log_z)
     within = float(np.sqrt(np.sum(relative**2 * log_ratio_var.sum(axis=1))) / G)
-    between = float(np.std(relative, ddof=1) / np.sqrt(G)) if G > 1 else np.inf
+    if G > 1:
+        between = max(float(np.std(relative, ddof=1) / np.sqrt(G)), _lognormal_se(per_group))
+    else:
+        between = np.inf
     return _Estimate(log_z, max(within, between), within, between, per_group)
+
+
+def _lognormal_se(log_z_groups: np.ndarray) -> float:
+    """SE of log mean_g Ẑ_g when the groups' log estimates are normal, as SMC's are.
+
+    Under the SMC central limit theorem log Ẑ_g ~ N(log Z − σ²/2, σ²) (Bérard, Del Moral &
+    Doucet 2014), so the mean of G groups has relative SE √(expm1(σ²)/G), returned as
+    log(1 + that) nats (≈ σ/√G for small σ). It matters when the groups disagree by nats: the
+    sample spread of the Ẑ_g then misses the tail that the spread of their logs reveals (one
+    group dominating the average gives a delta-method SE near 1 however far apart they are).
+    """
+    finite = log_z_groups[np.isfinite(log_z_groups)]
+    if finite.size < 2:
+        return np.inf
+    s2 = float(np.var(finite, ddof=1))
+    if s2 == 0.0:
+        return 0.0
+    log_expm1 = s2 + np.log(-np.expm1(-s2))
+    return float(np.logaddexp(0.0, 0.5 * (log_expm1 - np.log(finite.size))))
 
 
 def _combine_integration(lambdas, mean_ll, var_ll, n_particles) -> _Estimate:
@@ -453,12 +476,17 @@ def thermodynamic(
     5. Repeat from 2 until λ = 1. Each group gives an unbiased evidence estimate; they are averaged
        on the evidence scale, and the SE is the larger of the between-group spread and the
        within-group error propagated from the stages (posteriors with separated modes make the
-       first much larger than the second, and that is reported).
+       first much larger than the second, and that is reported). Groups whose log estimates
+       spread by σ nats imply an SE of about log(1 + √(expm1(σ²)/G)) (the lognormal law of
+       SMC estimates), which the SE never undercuts: an average that one group dominates is not
+       reported as precise.
 
     References
     ----------
     Barber, D. and Bishop, C. M. (1997). Bayesian model comparison by Monte Carlo chaining.
     NIPS 9.
+    Bérard, J., Del Moral, P. and Doucet, A. (2014). A lognormal central limit theorem for
+    particle approximations of normalizing constants. Electronic Journal of Probability 19.
     Friel, N., Hurn, M. and Wyse, J. (2014). Improving power posterior estimation of statistical
     evidence. Statistics and Computing 24, 709–723.
     Zhou, Y., Johansen, A. M. and Aston, J. A. D. (2016). Toward automatic model comparison: an
@@ -554,7 +582,10 @@ def thermodynamic(
         trace=_trace(rounds[0]),
         estimates={
             "ti": ti.log_evidence, "ti_se": ti.se, "se_within": ss.se_within,
-            "se_between": ss.se_between, "n_stages": len(ladder) - 1, "n_groups": groups,
+            "se_between": ss.se_between,
+            "group_log_sd": float(np.std(ss.per_group[np.isfinite(ss.per_group)], ddof=1))
+            if groups > 1 else np.nan,
+            "n_stages": len(ladder) - 1, "n_groups": groups,
         },
         settings=settings,
         timing=timing,

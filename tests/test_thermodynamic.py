@@ -171,3 +171,30 @@ def test_coarse_ladder_warns_of_collapsed_ess(regression5):
             model, ladder=[0.0, 1.0], random_seed=0, progressbar=False, target_se=None
         )
     assert result.warning
+
+
+def test_se_covers_heavy_tailed_group_estimates():
+    """Groups whose log estimates are N(log Z − σ²/2, σ²), SMC's lognormal law: the reported SE
+    covers the error of log mean_g Ẑ_g about as a normal SE should, where the delta-method spread
+    of the Ẑ_g alone (one group dominating the mean) is far too small."""
+    from pymc_evidence.thermodynamic import _combine_stepping_stone
+
+    rng = np.random.default_rng(5)
+    G, sigma, replicates = 12, 2.0, 2000
+    log_z_groups = rng.normal(-(sigma**2) / 2, sigma, size=(replicates, G))  # true log Z = 0
+    errors, ses, delta_only = [], [], []
+    for row in log_z_groups:
+        estimate = _combine_stepping_stone(row[:, None], np.zeros((G, 1)))
+        relative = np.exp(row - estimate.log_evidence)
+        errors.append(estimate.log_evidence)
+        ses.append(estimate.se)
+        delta_only.append(np.std(relative, ddof=1) / np.sqrt(G))
+    errors, ses, delta_only = map(np.asarray, (errors, ses, delta_only))
+    # 2 SE cover 86 % (a normal SE: 95 %; the log of a mean of lognormals is skewed), the
+    # delta method alone 65 %; the SE is of the size of the actual error.
+    assert np.mean(np.abs(errors) <= 2 * ses) > 0.8
+    assert np.mean(np.abs(errors) <= 2 * delta_only) < 0.7
+    assert 0.5 < np.median(ses) / np.sqrt(np.mean(errors**2)) < 2
+    # With a small spread the bound is the familiar σ/√G.
+    tight = _combine_stepping_stone(rng.normal(0, 0.05, size=(G, 1)), np.zeros((G, 1)))
+    assert tight.se == pytest.approx(np.std(tight.per_group, ddof=1) / np.sqrt(G), rel=0.05)
