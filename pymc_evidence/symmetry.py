@@ -22,7 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-__all__ = ["MLPLayer", "mlp_symmetry", "align_units", "transform_units", "as_layers"]
+__all__ = [
+    "MLPLayer", "mlp_symmetry", "align_units", "alignment_map", "transform_units", "as_layers"
+]
 
 #: g(-a) = -g(a): flipping a unit's incoming weights, bias and outgoing weights is a symmetry.
 ODD_ACTIVATIONS = frozenset({"tanh", "sin", "arctan", "atan", "erf", "softsign", "sinh", "asinh"})
@@ -287,34 +289,51 @@ def align_units(density, layers: list[MLPLayer], reference: np.ndarray, x: np.nd
     exact for one hidden layer; for several layers it aligns them one after another (a greedy
     approximation, since permuting one layer reorders the next layer's incoming weights).
     """
+    index, signs = alignment_map(density, layers, reference, x)
+    return signs * np.asarray(x, float)[index]
+
+
+def alignment_map(density, layers: list[MLPLayer], reference: np.ndarray, x: np.ndarray):
+    """:func:`align_units` as a signed permutation of coordinates: ``(index, signs)`` with
+    ``align_units(...) == signs * x[index]``.
+
+    The symmetry is linear and orthogonal, so the same map carries the gradient of the log
+    density at ``x`` to its gradient at the aligned point.
+    """
     x = np.asarray(x, float)
     ref_values = {k: v[0] for k, v in density.split(np.asarray(reference, float)[None]).items()}
+    # Each coordinate carries its 1-based index through the symmetries, its sign the flips.
+    code = np.arange(1.0, x.size + 1)
     for layer in layers:
-        values = {k: v[0] for k, v in density.split(x[None]).items()}
-        ref_in, ref_out = _unit_matrix(ref_values, layer)
-        x_in, x_out = _unit_matrix(values, layer)
-        ref_units = np.concatenate([ref_in, ref_out], axis=1)
-        same = np.concatenate([x_in, x_out], axis=1)
-        cost = _sq_dist(ref_units, same)
-        flip_cost = None
-        if layer.sign_flips is not None:
-            out_sign = -1.0 if layer.sign_flips == "all" else 1.0
-            flipped = np.concatenate([-x_in, out_sign * x_out], axis=1)
-            flip_cost = _sq_dist(ref_units, flipped)
-            cost = np.minimum(cost, flip_cost)
-        rows, cols = linear_sum_assignment(cost)
-        permutation = cols[np.argsort(rows)]
-        signs = np.ones(len(permutation))
-        if flip_cost is not None:
-            plain = _sq_dist(ref_units, same)
-            signs = np.where(
-                flip_cost[np.arange(len(permutation)), permutation]
-                < plain[np.arange(len(permutation)), permutation],
-                -1.0,
-                1.0,
-            )
-        x = transform_units(density, layer, x, permutation, signs)
-    return x
+        current = np.sign(code) * x[np.abs(code).astype(int) - 1]
+        values = {k: v[0] for k, v in density.split(current[None]).items()}
+        permutation, signs = _match_units(
+            _unit_matrix(ref_values, layer), _unit_matrix(values, layer), layer
+        )
+        code = transform_units(density, layer, code, permutation, signs)
+    return np.abs(code).astype(int) - 1, np.sign(code)
+
+
+def _match_units(reference_units, units, layer: MLPLayer):
+    """Permutation and signs taking ``units`` (incoming, outgoing) nearest the reference's."""
+    ref_in, ref_out = reference_units
+    x_in, x_out = units
+    ref_units = np.concatenate([ref_in, ref_out], axis=1)
+    plain = _sq_dist(ref_units, np.concatenate([x_in, x_out], axis=1))
+    cost = plain
+    if layer.sign_flips is not None:
+        out_sign = -1.0 if layer.sign_flips == "all" else 1.0
+        flip_cost = _sq_dist(ref_units, np.concatenate([-x_in, out_sign * x_out], axis=1))
+        cost = np.minimum(plain, flip_cost)
+    rows, cols = linear_sum_assignment(cost)
+    permutation = cols[np.argsort(rows)]
+    signs = np.ones(len(permutation))
+    if layer.sign_flips is not None:
+        units_range = np.arange(len(permutation))
+        signs = np.where(
+            flip_cost[units_range, permutation] < plain[units_range, permutation], -1.0, 1.0
+        )
+    return permutation, signs
 
 
 def _sq_dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
