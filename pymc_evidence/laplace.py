@@ -16,6 +16,7 @@ from scipy.special import logsumexp
 
 from pymc_evidence import _mackay
 from pymc_evidence._optimize import (
+    escape_saddles,
     joint_objective,
     make_rng,
     multistart,
@@ -199,7 +200,7 @@ def laplace(
         ``log_det_H``, ``min_eigenvalue``, ``second_eigenvalue``, ``max_eigenvalue`` (of
         :math:`H`), ``gamma`` (effective number of parameters), ``hits`` (optimisations that
         ended there), ``first_start``, ``grad_max``, ``newton_decrement``, ``converged``,
-        ``positive_definite``, ``included``; with ``framework="mackay"`` also ``alpha_<group>``,
+        ``positive_definite``, ``included``, ``saddle_escapes``; with ``framework="mackay"`` also ``alpha_<group>``,
         ``gamma_<group>``, ``beta``, ``log_evidence_given_hyper``, ``iterations``,
         ``hyper_converged``.
 
@@ -216,7 +217,11 @@ def laplace(
     1. Draw ``restarts`` exact prior draws (after any ``start`` points) as starting points.
     2. Maximise the unconstrained log joint from each with L-BFGS-B on the compiled gradient,
        then polish with Newton steps on the exact PyTensor Hessian. (``pm.find_MAP`` maximises
-       without the Jacobian and so finds a different point.) With ``framework="mackay"``,
+       without the Jacobian and so finds a different point.) Where the polished point is a
+       saddle (:math:`H` has a negative eigenvalue :math:`\lambda`), step
+       :math:`\sqrt{2/|\lambda|}` along its eigenvector and climb again, up to 8 times (an
+       MLP's optimisations often stop at saddles, e.g. units with zero outgoing weights).
+       With ``framework="mackay"``,
        alternate this with the re-estimation (eq. 10) until the precisions change by less
        than 1e-8 in log.
     3. Merge optima closer than ``merge_distance`` (after aligning MLP unit permutations and
@@ -408,13 +413,15 @@ def _check_count(name: str, value) -> int:
 
 
 def _fixed_modes(density, rng, restarts, start, progressbar):
-    """Optimise from every start, polish, and analyse each optimum (framework="fixed")."""
+    """Optimise from every start, polish, climb off saddles, and analyse each optimum
+    (framework="fixed")."""
     objective = joint_objective(density)
     starts = starting_points(density, rng, restarts, start)
     optima = multistart(objective, starts, progressbar=progressbar, desc="laplace: modes")
     candidates = []
     for opt in optima:
         opt, hess = newton_polish(objective, density.hessian, opt)
+        opt, hess, escapes = escape_saddles(objective, density.hessian, opt, hess)
         values = density(opt.x[None, :])
         candidates.append(
             _Mode(
@@ -426,7 +433,7 @@ def _fixed_modes(density, rng, restarts, start, progressbar):
                 grad=opt.grad,
                 starts=[opt.start],
                 optimizer_success=opt.success,
-                extra={"message": opt.message},
+                extra={"message": opt.message, "saddle_escapes": escapes},
             )
         )
     return candidates, len(starts)

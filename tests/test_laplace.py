@@ -233,28 +233,47 @@ def test_two_modes_summed_exactly(bimodal):
     assert res.estimates["log_evidence_top_mode"] == pytest.approx(exact - np.log(2), abs=1e-6)
 
 
-def test_saddle_warns_and_reports_finite_diagnostics(bimodal):
+def test_saddle_is_climbed_off(bimodal):
     model, exact = bimodal
+    # x = 0 is a saddle with zero gradient, where L-BFGS stops at once: H's eigenvalues there
+    # are 1/s² − (4/v² − 1/v) along x[0] and 1/s² + 1 along x[1].
+    objective = _optimize.joint_objective(get_density(model))
+    at_saddle = _optimize.maximize(objective, np.zeros(2))
+    assert np.all(at_saddle.x == 0.0)
+    res = pm_evidence.laplace(model, restarts=0, start={"x": [0.0, 0.0]}, progressbar=False)
+    row = res.diagnostics.iloc[0]
+    assert len(res.diagnostics) == 1 and row.saddle_escapes == 1 and row.included
+    assert res.log_evidence == pytest.approx(exact - np.log(2), abs=1e-6)  # one of two modes
+    assert not res.warnings
+    # with restarts both modes are found and the saddle start joins one of them
+    res = pm_evidence.laplace(
+        model, restarts=6, start={"x": [0.0, 0.0]}, random_seed=2, progressbar=False
+    )
+    assert res.diagnostics.included.tolist() == [True, True]
+    assert res.diagnostics.hits.sum() == 7
+    assert abs(res.log_evidence - exact) < 1e-6  # PyMC float32-rounds log √(2π)
+
+
+def test_flat_direction_warns_and_reports_finite_diagnostics():
+    # The Potential cancels the prior's curvature along x[0] up to 1e-14: the log joint is flat
+    # there to roundoff, so H is not safely positive definite, and there is nothing to climb.
+    curvature = 1e-14
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, SD, shape=2)
+        pm.Potential("flat", (1 / SD**2 - curvature) * x[0] ** 2 / 2 - 0.5 * x[1] ** 2)
     with pytest.warns(EvidenceWarning) as record:
-        res = pm_evidence.laplace(model, restarts=0, start={"x": [0.0, 0.0]}, progressbar=False)
+        res = pm_evidence.laplace(model, restarts=0, start={"x": [0.5, 0.0]}, progressbar=False)
     messages = [str(w.message) for w in record]
-    assert any("not positive definite (smallest eigenvalue -389.9)" in m for m in messages)
+    assert any("not positive definite" in m for m in messages)
     assert any("no positive-definite mode" in m for m in messages)
     assert res.warnings == messages
     row = res.diagnostics.iloc[0]
-    # H = -∇∇ log p at 0: 1/s² − (4/v² − 1/v) along x[0], 1/s² + 1 along x[1]
-    assert row.min_eigenvalue == pytest.approx(1 / SD**2 - (4 / V**2 - 1 / V), rel=1e-9)
+    assert row.saddle_escapes == 0
+    assert row.min_eigenvalue == pytest.approx(curvature, abs=1e-15)
     assert row.max_eigenvalue == pytest.approx(1 / SD**2 + 1, rel=1e-9)
     assert np.isfinite(row.log_det_H) and np.isfinite(row.log_joint)
     assert not row.positive_definite and not row.included
     assert np.isnan(row.log_evidence) and np.isnan(res.log_evidence)
-    # with restarts the two real modes are found; the saddle is reported and left out
-    with pytest.warns(EvidenceWarning, match="not positive definite"):
-        res = pm_evidence.laplace(
-            model, restarts=6, start={"x": [0.0, 0.0]}, random_seed=2, progressbar=False
-        )
-    assert res.diagnostics.included.tolist() == [True, True, False]
-    assert abs(res.log_evidence - exact) < 1e-6  # PyMC float32-rounds log √(2π)
 
 
 # ------------------------------------------------------------------------- MacKay framework
