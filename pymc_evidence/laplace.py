@@ -200,9 +200,11 @@ def laplace(
         ``log_det_H``, ``min_eigenvalue``, ``second_eigenvalue``, ``max_eigenvalue`` (of
         :math:`H`), ``gamma`` (effective number of parameters), ``hits`` (optimisations that
         ended there), ``first_start``, ``grad_max``, ``newton_decrement``, ``converged``,
-        ``positive_definite``, ``included``, ``saddle_escapes``; with ``framework="mackay"`` also ``alpha_<group>``,
-        ``gamma_<group>``, ``beta``, ``log_evidence_given_hyper``, ``iterations``,
-        ``hyper_converged``.
+        ``positive_definite``, ``included``, ``saddle_escapes`` (``framework="fixed"``); with
+        ``framework="mackay"`` also ``alpha_<group>``, ``gamma_<group>``, ``beta``,
+        ``log_evidence_given_hyper``, ``iterations``, ``hyper_converged``. ``modes`` holds
+        the modes' values in the constrained space (leading dimension ``mode``, in the order
+        of ``diagnostics``' rows): e.g. the MAP is ``{k: v[0] for k, v in res.modes.items()}``.
 
     Warns
     -----
@@ -359,6 +361,10 @@ def laplace(
         posterior = _laplace_draws(density, [modes[i] for i in order if included[i]],
                                    weights[order][included[order]], draws, rng)
 
+    mode_values = (
+        density.to_constrained(np.stack([modes[i].x for i in order])) if modes else None
+    )
+
     estimates = {
         "log_evidence_top_mode": float(contributions[order[0]]) if included.any() else np.nan,
         "log_symmetry": log_symmetry,
@@ -400,6 +406,7 @@ def laplace(
             "total": t_end - t_start,
         },
         warnings=messages,
+        modes=mode_values,
     )
 
 

@@ -60,6 +60,10 @@ class EvidenceResult:
         Long-format per-transition records of a few tracked chains (columns ``stage``,
         ``lambda``, ``transition``, ``chain``, ``log_prior``, ``log_likelihood``), the data of
         Barber & Bishop's Fig. 1a (see :func:`~pymc_evidence.plot_trace_energy`).
+    modes : dict of str to ndarray, optional
+        The points found by an optimising estimator (Laplace), in the constrained space, named
+        like ``posterior``, each with leading dimension ``mode`` in the order of
+        ``diagnostics``' rows (e.g. for predictions at the MAP).
     """
 
     method: str
@@ -74,6 +78,7 @@ class EvidenceResult:
     timing: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)
     trace: pd.DataFrame | None = None
+    modes: dict | None = None
 
     @property
     def warning(self) -> bool:
@@ -100,14 +105,17 @@ class EvidenceResult:
         """The result as ``InferenceData`` (ArviZ 0.x) or ``xarray.DataTree`` (ArviZ 1.x).
 
         Groups: ``posterior`` and ``sample_stats`` (dims ``chain``, ``draw``) when draws exist,
-        and ``evidence``: the per-stage diagnostics along their own dimension, with the estimate,
-        its SE, the method, settings and warnings as attributes.
+        ``modes`` (dim ``mode``) when modes were found, and ``evidence``: the per-stage
+        diagnostics along their own dimension, with the estimate, its SE, the method, settings
+        and warnings as attributes.
         """
         groups = {}
         if self.posterior:
             groups["posterior"] = _draws_dataset(self.posterior)
         if self.sample_stats:
             groups["sample_stats"] = _draws_dataset(self.sample_stats)
+        if self.modes:
+            groups["modes"] = _draws_dataset(self.modes, leading=("mode",))
         groups["evidence"] = self._evidence_dataset()
         if self.trace is not None:
             groups["trace"] = xr.Dataset(
@@ -166,6 +174,7 @@ class EvidenceResult:
             timing=json.loads(attrs["timing"]),
             warnings=json.loads(attrs["warnings"]),
             trace=groups["trace"].to_dataframe().reset_index(drop=True) if "trace" in groups else None,
+            modes=draws("modes"),
         )
 
 
@@ -181,12 +190,13 @@ def _plain(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def _draws_dataset(draws: dict) -> xr.Dataset:
-    """Draws with leading (chain, draw) dims, with coordinates as ArviZ's plots expect."""
+def _draws_dataset(draws: dict, leading=("chain", "draw")) -> xr.Dataset:
+    """Draws with ``leading`` dims, (chain, draw) by default, with coordinates as ArviZ's plots
+    expect."""
     data_vars, coords = {}, {}
     for name, values in draws.items():
         values = np.asarray(values)
-        dims = ["chain", "draw"] + [f"{name}_dim_{i}" for i in range(values.ndim - 2)]
+        dims = [*leading] + [f"{name}_dim_{i}" for i in range(values.ndim - len(leading))]
         data_vars[name] = (dims, values)
         coords.update({dim: np.arange(size) for dim, size in zip(dims, values.shape)})
     return xr.Dataset(data_vars, coords=coords)

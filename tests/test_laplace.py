@@ -231,6 +231,11 @@ def test_two_modes_summed_exactly(bimodal):
     assert diag.weight.to_numpy() == pytest.approx([0.5, 0.5], abs=1e-9)
     assert abs(res.log_evidence - exact) < 1e-6  # PyMC float32-rounds log √(2π)
     assert res.estimates["log_evidence_top_mode"] == pytest.approx(exact - np.log(2), abs=1e-6)
+    # the modes themselves: x[0] = ±(2/v)/(1/s² + 1/v), x[1] = 0, one row per diagnostics row
+    mode_x0 = (2 / V) / (1 / SD**2 + 1 / V)
+    assert res.modes["x"].shape == (2, 2)
+    np.testing.assert_allclose(np.sort(res.modes["x"][:, 0]), [-mode_x0, mode_x0], rtol=1e-8)
+    np.testing.assert_allclose(res.modes["x"][:, 1], 0.0, atol=1e-8)
 
 
 def test_saddle_is_climbed_off(bimodal):
@@ -379,3 +384,6 @@ def test_global_rng_untouched_and_netcdf_round_trip(linear, tmp_path):
     assert back.diagnostics.index.name == "mode"
     np.testing.assert_allclose(back.diagnostics.alpha_a, res.diagnostics.alpha_a)
     assert back.settings["framework"] == "mackay"
+    assert back.modes.keys() == res.modes.keys()
+    for name, values in res.modes.items():
+        np.testing.assert_array_equal(back.modes[name], values)
