@@ -83,6 +83,14 @@ def maximize(
     Non-finite values (points outside the support) are reported to the optimiser as ``+inf``
     loss, so its line search backs off from them.
     """
+    return _minimize_loss(
+        objective, x0, start, method="L-BFGS-B",
+        options={"maxiter": maxiter, "maxfun": 2 * maxiter, "ftol": 1e-15, "gtol": 1e-10},
+    )
+
+
+def _minimize_loss(objective: Objective, x0, start: int, **minimize_options) -> Optimum:
+    """scipy's ``minimize`` on −objective, non-finite values as ``+inf``; the end as an Optimum."""
     n_eval = 0
 
     def loss(x):
@@ -93,14 +101,7 @@ def maximize(
             return np.inf, np.zeros_like(x)
         return -value, -grad
 
-    x0 = np.asarray(x0, dtype=float)
-    res = optimize.minimize(
-        loss,
-        x0,
-        jac=True,
-        method="L-BFGS-B",
-        options={"maxiter": maxiter, "maxfun": 2 * maxiter, "ftol": 1e-15, "gtol": 1e-10},
-    )
+    res = optimize.minimize(loss, np.asarray(x0, dtype=float), jac=True, **minimize_options)
     value, grad = objective(res.x)
     return Optimum(
         x=np.asarray(res.x, dtype=float),
@@ -194,24 +195,9 @@ def trust_region_maximize(
 
     Non-finite values are reported as ``+inf`` loss, which shrinks the trust region.
     """
-    n_eval = 0
-
-    def loss(x):
-        nonlocal n_eval
-        n_eval += 1
-        value, grad = objective(x)
-        if not np.isfinite(value) or not np.all(np.isfinite(grad)):
-            return np.inf, np.zeros_like(x)
-        return -value, -grad
-
-    res = optimize.minimize(
-        loss, np.asarray(x0, dtype=float), jac=True, hess=lambda x: -hessian(x),
-        method="trust-exact", options={"maxiter": maxiter, "gtol": 1e-10},
-    )
-    value, grad = objective(res.x)
-    return Optimum(
-        x=np.asarray(res.x, dtype=float), value=float(value), grad=np.asarray(grad, dtype=float),
-        success=bool(res.success), message=str(res.message), n_evaluations=n_eval, start=start,
+    return _minimize_loss(
+        objective, x0, start, method="trust-exact", hess=lambda x: -hessian(x),
+        options={"maxiter": maxiter, "gtol": 1e-10},
     )
 
 
