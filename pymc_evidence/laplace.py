@@ -299,7 +299,7 @@ def laplace(
     if symmetry is None:
         shapes = dict(zip(density.names, density.shapes))
         symmetry = math.prod(mlp_symmetry(l.hidden_units(shapes), l.activation) for l in layers)
-    log_symmetry = float(np.log(symmetry))
+    log_symmetry = math.log(symmetry)  # exact for counts beyond int64 (2^h h! at h ≥ 17)
     t_density = time.perf_counter()
 
     messages: list[str] = []

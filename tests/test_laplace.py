@@ -138,6 +138,13 @@ def test_symmetry_adds_its_log_exactly(linear, linear_result):
     assert res6.log_evidence - linear_result.log_evidence == pytest.approx(np.log(6), abs=1e-12)
     assert res6.settings["symmetry"] == 6
     assert res6.estimates["log_symmetry"] == pytest.approx(np.log(6))
+    # an MLP's 2^h h! outgrows int64 from h = 17 (2^24 24! ≈ 1e31): still added exactly
+    count = pm_evidence.mlp_symmetry(24, "tanh")
+    assert count > np.iinfo(np.int64).max
+    res24 = pm_evidence.laplace(model, restarts=3, symmetry=count, random_seed=11,
+                                progressbar=False)
+    expected = 24 * np.log(2) + sum(np.log(k) for k in range(1, 25))
+    assert res24.log_evidence - linear_result.log_evidence == pytest.approx(expected, abs=1e-9)
 
 
 def test_same_seed_same_answer_and_draws(linear, linear_result):
