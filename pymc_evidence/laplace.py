@@ -219,8 +219,8 @@ def laplace(
     1. Draw ``restarts`` exact prior draws (after any ``start`` points) as starting points.
     2. Maximise the unconstrained log joint from each with L-BFGS-B on the compiled gradient,
        then polish with Newton steps on the exact PyTensor Hessian. (``pm.find_MAP`` maximises
-       without the Jacobian and so finds a different point.) Where the polished point is a
-       saddle (:math:`H` has a negative eigenvalue :math:`\lambda`), step
+       without the Jacobian and so finds a different point.) With ``framework="fixed"``,
+       where the polished point is a saddle (:math:`H` has a negative eigenvalue :math:`\lambda`), step
        :math:`\sqrt{2/|\lambda|}` along its eigenvector and climb again, up to 8 times (an
        MLP's optimisations often stop at saddles, e.g. units with zero outgoing weights).
        With ``framework="mackay"``,
