@@ -212,7 +212,7 @@ def escape_saddles(
     """Climb off a saddle: from a stationary point whose Hessian has a direction of positive
     curvature of the objective, step along the steepest such direction and maximise again.
 
-    L-BFGS stops wherever the gradient vanishes; on an MLP's posterior that is often a saddle
+    L-BFGS stops wherever the gradient vanishes; on an MLP's posterior that can be a saddle
     (a hidden unit with zero outgoing weight, whose incoming weights then see the residuals
     only through a cross term), where the Laplace approximation does not exist. Along the
     eigenvector ``v`` of the most negative eigenvalue ``λ < 0`` of ``H = −∇∇ objective`` the

@@ -221,8 +221,9 @@ def laplace(
        then polish with Newton steps on the exact PyTensor Hessian. (``pm.find_MAP`` maximises
        without the Jacobian and so finds a different point.) With ``framework="fixed"``,
        where the polished point is a saddle (:math:`H` has a negative eigenvalue :math:`\lambda`), step
-       :math:`\sqrt{2/|\lambda|}` along its eigenvector and climb again, up to 8 times (an
-       MLP's optimisations often stop at saddles, e.g. units with zero outgoing weights).
+       :math:`\sqrt{2/|\lambda|}` along its eigenvector and climb again, up to 8 times (L-BFGS
+       stops wherever the gradient vanishes; an MLP unit with zero outgoing weights, for one,
+       can make such a point a saddle).
        With ``framework="mackay"``,
        alternate this with the re-estimation (eq. 10) until the precisions change by less
        than 1e-8 in log.
