@@ -35,7 +35,7 @@ The slides give the two priors only as bar charts. The weights below are ours, c
 simplest shapes (a peak at 0.5 for "fair", two humps at 0.2 and 0.8 for "biased") that
 reproduce all four printed likelihoods and both Bayes factors to the printed digits.
 
-Run ``python examples/coin_and_annotators.py`` (full: 5 seeds) or with ``--quick`` (one seed,
+Run ``python examples/coin_and_annotators.py`` (full: 3 seeds) or with ``--quick`` (one seed,
 thermodynamic only, smaller settings). Writes ``coin_and_annotators.csv`` (one row per
 comparison, quantity and method: mean over seeds), ``coin_and_annotators_runs.csv`` (one row
 per seed) and ``coin_and_annotators.png`` to ``examples/results/`` (or ``--out``).
@@ -209,7 +209,7 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: one seed, thermodynamic only, small settings")
     parser.add_argument("--seeds", type=int, default=None,
-                        help="number of seeds (default: 5, or 1 with --quick)")
+                        help="number of seeds (default: 3, or 1 with --quick)")
     parser.add_argument("--methods", nargs="+", default=None,
                         choices=["thermodynamic", "bridge", "laplace", "bic"],
                         help="estimators to run (default: all meaningful ones; thermodynamic "
@@ -218,7 +218,7 @@ def main(argv=None) -> pd.DataFrame:
                         choices=list(SLIDES_BAYES_FACTOR), help="comparisons to run")
     parser.add_argument("--out", type=Path, default=RESULTS, help="output directory")
     args = parser.parse_args(argv)
-    seeds = range(args.seeds if args.seeds is not None else (1 if args.quick else 5))
+    seeds = range(args.seeds if args.seeds is not None else (1 if args.quick else 3))
     methods = args.methods or (["thermodynamic"] if args.quick else
                                ["thermodynamic", "bridge", "laplace", "bic"])
 
