@@ -233,7 +233,7 @@ def escape_saddles(
         trials = [opt.x + sign * scale * length * direction
                   for scale in (1.0, 0.1, 10.0) for sign in (1.0, -1.0)]
         values = [objective(x)[0] for x in trials]
-        best = int(np.nanargmax(np.where(np.isfinite(values), values, -np.inf)))
+        best = int(np.argmax(np.where(np.isfinite(values), values, -np.inf)))
         if not values[best] > opt.value:
             return opt, hess, escapes
         climbed = maximize(objective, trials[best], start=opt.start)
