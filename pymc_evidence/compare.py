@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import inspect
 import json
-import multiprocessing
 import os
 import pickle
 import traceback
 import uuid
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, as_completed
 from pathlib import Path
 
 import cloudpickle
@@ -18,6 +17,7 @@ import pandas as pd
 from scipy.special import logsumexp
 
 from pymc_evidence._compat import model_types
+from pymc_evidence._parallel import local_pool, stop_pool, usable_cpus
 from pymc_evidence.bic import bic
 from pymc_evidence.bridge import bridge
 from pymc_evidence.density import validate_model
@@ -173,14 +173,6 @@ def _failed(name: str, err: BaseException, where: str = "") -> RuntimeError:
     )
 
 
-def _usable_cpus() -> int:
-    if hasattr(os, "process_cpu_count"):  # Python 3.13+
-        return os.process_cpu_count() or 1
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0)) or 1
-    return os.cpu_count() or 1
-
-
 def _check_executor(executor) -> None:
     """Reject an ``executor=`` value before any work starts."""
     choices = (
@@ -207,38 +199,10 @@ def _resolve_executor(executor, n_tasks: int):
     if executor is None or n_tasks == 0:
         return None, False
     if isinstance(executor, str):  # "processes", checked by _check_executor
-        return _local_pool(max(1, min(n_tasks, _usable_cpus()))), True
+        return local_pool(max(1, min(n_tasks, usable_cpus()))), True
     if not isinstance(executor, Executor) and callable(getattr(executor, "get_executor", None)):
         return executor.get_executor(), False  # a dask.distributed.Client
     return executor, False
-
-
-def _local_pool(max_workers: int) -> ProcessPoolExecutor:
-    """The process pool of ``executor="processes"``, its workers started by a fork server.
-
-    Not plain ``fork``: this process may run threads (a Dask client's event loop, progress bars,
-    BLAS), and forking a threaded process can deadlock the child. The fork server is a clean
-    single-threaded process that imports this package (and so PyMC) once, if it is not running
-    yet; each worker is forked from it, ready to run. Where there is no fork server (Windows),
-    workers are spawned and import PyMC each.
-    """
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return ProcessPoolExecutor(max_workers, mp_context=multiprocessing.get_context("spawn"))
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["__main__", __name__])  # "__main__" is the default preload
-    return ProcessPoolExecutor(max_workers, mp_context=context)
-
-
-def _stop_pool(pool: ProcessPoolExecutor, failed: bool) -> None:
-    """Shut down a pool ``compare`` created; after a failure, without waiting for running models."""
-    if failed:
-        terminate = getattr(pool, "terminate_workers", None)  # Python 3.14+
-        if terminate is not None:
-            terminate()
-        else:
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
-                process.terminate()
-    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _run_on_executor(executor, estimator, named, jobs, todo, store, results, progressbar):
@@ -428,7 +392,7 @@ def compare(
             failed = False
         finally:
             if owned:
-                _stop_pool(runner, failed)
+                stop_pool(runner, failed)
     results = {name: results[name] for name in names}
     for name, result in results.items():
         result.model_name = name

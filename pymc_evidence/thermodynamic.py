@@ -10,13 +10,17 @@ honest standard error.
 
 from __future__ import annotations
 
+import copy
 import json
+import multiprocessing
 import os
 import pickle
 import time
 from pathlib import Path
+from concurrent.futures import as_completed
 from typing import NamedTuple
 
+import cloudpickle
 import numpy as np
 import pandas as pd
 import pymc as pm
@@ -25,6 +29,7 @@ from scipy.optimize import brentq
 from scipy.stats import chi2
 
 from pymc_evidence import kernels
+from pymc_evidence._parallel import fork_is_safe, local_pool, stop_pool, usable_cpus
 from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceResult, warn
 from pymc_evidence.symmetry import alignment_map, as_layers
@@ -33,6 +38,9 @@ __all__ = ["thermodynamic", "power_ladder"]
 
 #: Up to this many parameters, ``mass_matrix="auto"`` estimates a dense mass matrix.
 DENSE_MASS_MAX_DIM = 400
+#: With ``cores=None``, extra groups run in parallel processes only when they are expected to
+#: take longer than this (seconds, sequentially): each worker starts and compiles the density.
+PARALLEL_MIN_SECONDS = 20.0
 
 
 def power_ladder(n_stages: int, power: float = 5.0) -> np.ndarray:
@@ -423,6 +431,7 @@ def thermodynamic(
     mlp_layers=None,
     checkpoint=None,
     backend: str = "c",
+    cores: int | None = None,
     random_seed=None,
     progressbar: bool = True,
 ) -> EvidenceResult:
@@ -479,6 +488,15 @@ def thermodynamic(
         checkpoint written with other settings or another model raises an error.
     backend : {"c", "numba"}, default "c"
         PyTensor backend for the compiled density.
+    cores : int, optional
+        Processes for the extra groups that ``target_se`` asks for. They run in chunks of
+        ``n_groups`` groups, each chunk with its own random stream, so the result is the same
+        for every value of ``cores``. Default: every usable CPU when the extra groups are
+        expected to take more than ``PARALLEL_MIN_SECONDS`` (judged from the first round) and
+        workers can be forked (Linux, no other Python thread running: no
+        ``if __name__ == "__main__"`` guard needed) and this is not itself a worker process
+        (e.g. of ``compare(executor=...)``), else one. An explicit ``cores > 1`` where forking is
+        not safe starts workers from a fork server, which re-imports the main script: guard it.
     random_seed : int, sequence, numpy.random.Generator or None
         Same seed, same result.
     progressbar : bool, default True
@@ -541,6 +559,8 @@ def thermodynamic(
     )
     if mass_matrix not in ("auto", "dense", "diag"):
         raise ValueError(f"mass_matrix must be 'auto', 'dense' or 'diag', got {mass_matrix!r}")
+    if cores is not None and (int(cores) != cores or cores < 1):
+        raise ValueError(f"cores must be a positive integer or None, got {cores!r}")
     model = pm.modelcontext(model)
     settings = dict(
         target_se=target_se, n_particles=int(n_particles), n_groups=int(n_groups),
@@ -571,22 +591,17 @@ def thermodynamic(
     rounds = store.load(rng)
     bar = _ProgressBar(progressbar)
 
-    def run(index, groups, ladder, step_sizes):
-        partial = rounds[index] if index < len(rounds) else None
-        if partial is not None and partial.stages and partial.stages[-1].lam == 1.0:
-            return
-        bar.new_round(index + 1)
+    if not (rounds and rounds[0].stages and rounds[0].stages[-1].lam == 1.0):
+        bar.new_round(1)
 
         def save(current):
-            rounds[index:] = [current]
+            rounds[:] = [current]
             store.save(rng, rounds)
 
-        rounds[index:] = [
-            _run_round(rng, density, groups, n_particles, ladder, step_sizes, options,
-                       bar.update, partial=partial, on_stage=save)
-        ]
-
-    run(0, n_groups, ladder, None)
+        first = rounds[0] if rounds else None
+        rounds[:] = [_run_round(rng, density, n_groups, n_particles, ladder, None, options,
+                                bar.update, partial=first, on_stage=save)]
+    first_seconds = time.perf_counter() - compiled
     ladder = np.array([0.0] + [s.lam for s in rounds[0].stages])
     step_sizes = [s.move.step_size for s in rounds[0].stages]
     estimate = _combine_stepping_stone(*_increments(rounds[:1]))
@@ -594,7 +609,12 @@ def thermodynamic(
     if target_se is not None and estimate.se > target_se and groups < max_groups:
         wanted = int(np.ceil(groups * (estimate.se / target_se) ** 2 * 1.1))
         extra = min(wanted, max_groups) - groups
-        run(1, extra, ladder, step_sizes)
+        chunk_args = dict(n_particles=n_particles, ladder=ladder, step_sizes=step_sizes,
+                          options=options)
+        rounds[1:] = _run_chunks(
+            rng, store, rounds, model, density, backend, _chunk_sizes(extra, n_groups),
+            chunk_args, cores, first_seconds * extra / n_groups, bar,
+        )
         groups += extra
     bar.close()
     sampled = time.perf_counter()
@@ -628,6 +648,77 @@ def thermodynamic(
         timing=timing,
         warnings=messages,
     )
+
+
+def _chunk_sizes(extra: int, size: int) -> list[int]:
+    """Groups per chunk of the extra groups: ``size`` each, the last one the rest."""
+    return [min(size, extra - start) for start in range(0, extra, size)]
+
+
+def _run_chunk(payload: bytes) -> _Round:
+    """Worker side of a parallel chunk: the model travels as cloudpickle bytes and is compiled
+    here (PyTensor's on-disk cache makes that cheap after the main process compiled it)."""
+    model, backend, seed, n_groups, args = cloudpickle.loads(payload)
+    density = get_density(model, backend=backend)
+    return _run_round(np.random.default_rng(seed), density, n_groups, progress=_ignore, **args)
+
+
+def _ignore(*args) -> None:
+    return None
+
+
+def _run_chunks(rng, store, rounds, model, density, backend, sizes, args, cores, expected, bar):
+    """The extra groups, as independent chunks of their own seeds; returns them in order.
+
+    The seeds are drawn from ``rng`` as the first round left it, and that state is what the
+    checkpoint keeps with the finished chunks: a resumed run draws the same seeds, skips the
+    chunks it has and reruns only the others (a chunk is saved when it is finished).
+    """
+    resume_rng = copy.deepcopy(rng)
+    seeds = rng.integers(2**63, size=len(sizes))
+    saved = (list(rounds[1:]) + [None] * len(sizes))[: len(sizes)]
+    chunks = [
+        chunk if chunk is not None and chunk.stages and chunk.stages[-1].lam == 1.0
+        and chunk.final_log_weights.shape[0] == size else None
+        for chunk, size in zip(saved, sizes)
+    ]
+
+    def finished(index, chunk):
+        chunks[index] = chunk
+        store.save(resume_rng, [rounds[0], *chunks])
+
+    todo = [i for i, chunk in enumerate(chunks) if chunk is None]
+    fork = fork_is_safe()
+    if cores is None:
+        # Automatic only where no main-script guard is needed, and not inside a worker process
+        # (e.g. of compare's executor), whose caller already keeps the CPUs busy.
+        parallel = fork and multiprocessing.parent_process() is None
+        cores = usable_cpus() if parallel and expected > PARALLEL_MIN_SECONDS else 1
+    if multiprocessing.current_process().daemon:  # daemonic processes cannot have children
+        cores = 1
+    workers = min(cores, len(todo))
+    if workers <= 1:
+        for i in todo:
+            bar.new_round(i + 2)
+            chunk = _run_round(np.random.default_rng(seeds[i]), density, sizes[i],
+                               progress=bar.update, **args)
+            finished(i, chunk)
+        return chunks
+    pool, failed = local_pool(workers, fork=fork), True
+    try:
+        futures = {
+            pool.submit(_run_chunk, cloudpickle.dumps((model, backend, seeds[i], sizes[i], args))): i
+            for i in todo
+        }
+        for future in as_completed(futures):
+            index, chunk = futures[future], future.result()
+            finished(index, chunk)
+            bar.new_round(index + 2)
+            bar.update(1.0, chunk.stages)
+        failed = False
+    finally:
+        stop_pool(pool, failed)
+    return chunks
 
 
 def _trace(first_round: _Round) -> pd.DataFrame:
@@ -791,6 +882,13 @@ class _Checkpoint:
         os.replace(temporary, self.path)
 
 
+def _quiet_tqdm():
+    """tqdm without its monitor thread (a running thread makes forking workers unsafe)."""
+    from tqdm.auto import tqdm
+
+    return type("QuietTqdm", (tqdm,), {"monitor_interval": 0})
+
+
 class _ProgressBar:
     """PyMC-style progress: λ from 0 to 1, with the running log-evidence."""
 
@@ -807,9 +905,7 @@ class _ProgressBar:
         if not self.enabled:
             return
         if self.bar is None:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=1.0, desc=f"Tempering (round {self.round})",
+            self.bar = _quiet_tqdm()(total=1.0, desc=f"Tempering (round {self.round})",
                             bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}]")
         self.bar.update(lam - self.bar.n)
         log_z = float(np.mean([sum(s.log_ratio.mean() for s in stages)]))

@@ -67,6 +67,25 @@ def test_finished_checkpoint_is_not_rerun_and_guards_settings(model, tmp_path):
         pm_evidence.thermodynamic(model, checkpoint=path, **dict(OPTIONS, n_particles=128))
 
 
+@pytest.mark.filterwarnings("ignore:target_se=0.02 not reached")
+def test_run_missing_extra_groups_resumes_to_identical_result(model, tmp_path):
+    """Extra groups run in chunks, each saved when finished; a run stopped between chunks
+    reruns only the missing ones, with the seeds the uninterrupted run gave them."""
+    options = dict(OPTIONS, target_se=0.02, max_groups=10, n_particles=64)
+    path = tmp_path / "run.ckpt"
+    uninterrupted = pm_evidence.thermodynamic(model, checkpoint=path, **options)
+    with open(path, "rb") as file:
+        saved = pickle.load(file)
+    assert len(saved["rounds"]) == 3  # the first round, then chunks of 4 and 2 groups
+    saved["rounds"][1] = None
+    with open(path, "wb") as file:
+        pickle.dump(saved, file)
+    resumed = pm_evidence.thermodynamic(model, checkpoint=path, **options)
+    assert resumed.estimates["n_groups"] == 10
+    assert resumed.log_evidence == uninterrupted.log_evidence
+    assert resumed.diagnostics.equals(uninterrupted.diagnostics)
+
+
 def test_compare_checkpoint_skips_finished_models(tmp_path, monkeypatch):
     models = {
         "informative": testing.beta_binomial()[0],

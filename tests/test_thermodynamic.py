@@ -112,12 +112,31 @@ def test_with_model_context(regression5):
         (dict(target_cess=1.5), "target_cess must be in"),
         (dict(mass_matrix="full"), "mass_matrix must be"),
         (dict(max_groups=2), "max_groups"),
+        (dict(cores=0), "cores must be a positive integer"),
+        (dict(cores=1.5), "cores must be a positive integer"),
     ],
 )
 def test_bad_options(regression5, options, message):
     model, _ = regression5
     with pytest.raises(ValueError, match=message):
         pm_evidence.thermodynamic(model, progressbar=False, **options)
+
+
+#: A run that needs extra groups after the first round: 3 chunks of 4, 4 and 2 groups.
+EXTRA_GROUPS = dict(random_seed=5, progressbar=False, n_particles=64, target_se=0.02, max_groups=14)
+
+
+@pytest.mark.filterwarnings("ignore:target_se=0.02 not reached")
+def test_extra_groups_in_parallel_processes_give_the_sequential_result(regression5):
+    model, exact = regression5
+    sequential = pm_evidence.thermodynamic(model, cores=1, **EXTRA_GROUPS)
+    parallel = pm_evidence.thermodynamic(model, cores=2, **EXTRA_GROUPS)
+    assert sequential.estimates["n_groups"] == 14
+    assert parallel.log_evidence == sequential.log_evidence
+    assert parallel.se == sequential.se
+    assert parallel.diagnostics.equals(sequential.diagnostics)
+    np.testing.assert_array_equal(parallel.posterior["w"], sequential.posterior["w"])
+    assert_close_to_exact(parallel, exact)
 
 
 @pytest.mark.slow

@@ -1,0 +1,56 @@
+"""Local process pools for the estimators and ``compare``: both cores of a laptop, safely."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from concurrent.futures import ProcessPoolExecutor
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "process_cpu_count"):  # Python 3.13+
+        return os.process_cpu_count() or 1
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def fork_is_safe() -> bool:
+    """Whether workers can be forked from this process: a fork copies only the calling thread,
+    so it is safe (and needs no ``if __name__ == "__main__"`` guard in the user's script) while
+    no other Python thread runs."""
+    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+
+
+def local_pool(max_workers: int, *, fork: bool = False) -> ProcessPoolExecutor:
+    """A local process pool, its workers forked from this process or from a fork server.
+
+    ``fork=True`` (when :func:`fork_is_safe`) forks this process, as PyMC's samplers do on
+    Linux. Otherwise a fork server: this process may run threads (a Dask client's event loop,
+    progress bars), and forking a threaded process can deadlock the child. The fork server is a
+    clean single-threaded process that imports this package (and so PyMC) once, if it is not
+    running yet; each worker is forked from it, ready to run; like ``spawn`` it re-imports the
+    user's main script, which therefore needs the ``if __name__ == "__main__"`` guard. Where
+    there is no fork server (Windows), workers are spawned and import PyMC each.
+    """
+    if fork:
+        return ProcessPoolExecutor(max_workers, mp_context=multiprocessing.get_context("fork"))
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return ProcessPoolExecutor(max_workers, mp_context=multiprocessing.get_context("spawn"))
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["__main__", "pymc_evidence"])  # "__main__": the default
+    return ProcessPoolExecutor(max_workers, mp_context=context)
+
+
+def stop_pool(pool: ProcessPoolExecutor, failed: bool) -> None:
+    """Shut down a pool the caller created; after a failure, without waiting for running tasks."""
+    if failed:
+        terminate = getattr(pool, "terminate_workers", None)  # Python 3.14+
+        if terminate is not None:
+            terminate()
+        else:
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
