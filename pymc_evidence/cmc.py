@@ -27,6 +27,7 @@ import pymc as pm
 from scipy.special import gammaln, logsumexp
 
 from pymc_evidence import kernels
+from pymc_evidence._parallel import one_blas_thread
 from pymc_evidence._birth_death import (
     BirthDeath, FixedUnits, LiangUnits, StandardNormalUnits, check_nested, pooled_units, unit_layout,
 )
@@ -651,36 +652,38 @@ def cmc(
 
     kernel_options = dict(target_accept=target_accept, trajectory_length=trajectory_length,
                           max_leapfrog=max_leapfrog)
-    pilots = [_pilot(rng, d, int(n_pilot), 8, 4, kernel_options) for d in densities]
-    proposals = [MultivariateT.fit(p.draws, nu=proposal_nu) for p in pilots]
-    if layer is None:
-        between = _IndependenceMove(proposals)
-    else:
-        between = _birth_death_move(densities, pilots, layer, unit_proposal, proposal_nu)
-    hmc = [(p.step_size, p.metric, trajectory_length / p.step_size, max_leapfrog) for p in pilots]
-    piloted = time.perf_counter()
+    with one_blas_thread():
+        pilots = [_pilot(rng, d, int(n_pilot), 8, 4, kernel_options) for d in densities]
+        proposals = [MultivariateT.fit(p.draws, nu=proposal_nu) for p in pilots]
+        if layer is None:
+            between = _IndependenceMove(proposals)
+        else:
+            between = _birth_death_move(densities, pilots, layer, unit_proposal, proposal_nu)
+        hmc = [(p.step_size, p.metric, trajectory_length / p.step_size, max_leapfrog)
+               for p in pilots]
+        piloted = time.perf_counter()
 
-    R = int(n_chains)
-    current = rng.integers(0, m, size=R)
-    states = []
-    for i, density in enumerate(densities):
-        rows = rng.integers(0, len(pilots[i].draws), size=R)
-        states.append(kernels.init(density, pilots[i].draws[rows]))
-    counts = _MoveCounts(np.zeros((m, m)), np.zeros((m, m)), np.zeros(m), np.zeros(m))
-    step = _make_step(densities, between, Q, hmc, counts)
+        R = int(n_chains)
+        current = rng.integers(0, m, size=R)
+        states = []
+        for i, density in enumerate(densities):
+            rows = rng.integers(0, len(pilots[i].draws), size=R)
+            states.append(kernels.init(density, pilots[i].draws[rows]))
+        counts = _MoveCounts(np.zeros((m, m)), np.zeros((m, m)), np.zeros(m), np.zeros(m))
+        step = _make_step(densities, between, Q, hmc, counts)
 
-    per_stage_between = []
-    bar = _Progress(progressbar, len(delta_schedule(delta_1, delta_end)))
+        per_stage_between = []
+        bar = _Progress(progressbar, len(delta_schedule(delta_1, delta_end)))
 
-    def callback(stage, delta, log_g):
-        per_stage_between.append((counts.proposed.copy(), counts.accepted.copy()))
-        bar.update(stage, delta, log_g)
+        def callback(stage, delta, log_g):
+            per_stage_between.append((counts.proposed.copy(), counts.accepted.copy()))
+            bar.update(stage, delta, log_g)
 
-    core = cmc_core(
-        rng, step, _ChainState(current, states), m, R,
-        delta_1=delta_1, delta_end=delta_end, stage_length=int(stage_length), growth=growth,
-        stability_tol=stability_tol, path_every=int(path_every), callback=callback,
-    )
+        core = cmc_core(
+            rng, step, _ChainState(current, states), m, R,
+            delta_1=delta_1, delta_end=delta_end, stage_length=int(stage_length), growth=growth,
+            stability_tol=stability_tol, path_every=int(path_every), callback=callback,
+        )
     bar.close()
     sampled = time.perf_counter()
 

@@ -29,7 +29,9 @@ from scipy.optimize import brentq
 from scipy.stats import chi2
 
 from pymc_evidence import kernels
-from pymc_evidence._parallel import fork_is_safe, local_pool, stop_pool, usable_cpus
+from pymc_evidence._parallel import (
+    fork_is_safe, local_pool, one_blas_thread, stop_pool, usable_cpus,
+)
 from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceResult, warn
 from pymc_evidence.symmetry import alignment_map, as_layers
@@ -591,31 +593,32 @@ def thermodynamic(
     rounds = store.load(rng)
     bar = _ProgressBar(progressbar)
 
-    if not (rounds and rounds[0].stages and rounds[0].stages[-1].lam == 1.0):
-        bar.new_round(1)
+    with one_blas_thread():
+        if not (rounds and rounds[0].stages and rounds[0].stages[-1].lam == 1.0):
+            bar.new_round(1)
 
-        def save(current):
-            rounds[:] = [current]
-            store.save(rng, rounds)
+            def save(current):
+                rounds[:] = [current]
+                store.save(rng, rounds)
 
-        first = rounds[0] if rounds else None
-        rounds[:] = [_run_round(rng, density, n_groups, n_particles, ladder, None, options,
-                                bar.update, partial=first, on_stage=save)]
-    first_seconds = time.perf_counter() - compiled
-    ladder = np.array([0.0] + [s.lam for s in rounds[0].stages])
-    step_sizes = [s.move.step_size for s in rounds[0].stages]
-    estimate = _combine_stepping_stone(*_increments(rounds[:1]))
-    groups = n_groups
-    if target_se is not None and estimate.se > target_se and groups < max_groups:
-        wanted = int(np.ceil(groups * (estimate.se / target_se) ** 2 * 1.1))
-        extra = min(wanted, max_groups) - groups
-        chunk_args = dict(n_particles=n_particles, ladder=ladder, step_sizes=step_sizes,
-                          options=options)
-        rounds[1:] = _run_chunks(
-            rng, store, rounds, model, density, backend, _chunk_sizes(extra, n_groups),
-            chunk_args, cores, first_seconds * extra / n_groups, bar,
-        )
-        groups += extra
+            first = rounds[0] if rounds else None
+            rounds[:] = [_run_round(rng, density, n_groups, n_particles, ladder, None, options,
+                                    bar.update, partial=first, on_stage=save)]
+        first_seconds = time.perf_counter() - compiled
+        ladder = np.array([0.0] + [s.lam for s in rounds[0].stages])
+        step_sizes = [s.move.step_size for s in rounds[0].stages]
+        estimate = _combine_stepping_stone(*_increments(rounds[:1]))
+        groups = n_groups
+        if target_se is not None and estimate.se > target_se and groups < max_groups:
+            wanted = int(np.ceil(groups * (estimate.se / target_se) ** 2 * 1.1))
+            extra = min(wanted, max_groups) - groups
+            chunk_args = dict(n_particles=n_particles, ladder=ladder, step_sizes=step_sizes,
+                              options=options)
+            rounds[1:] = _run_chunks(
+                rng, store, rounds, model, density, backend, _chunk_sizes(extra, n_groups),
+                chunk_args, cores, first_seconds * extra / n_groups, bar,
+            )
+            groups += extra
     bar.close()
     sampled = time.perf_counter()
 
@@ -660,7 +663,8 @@ def _run_chunk(payload: bytes) -> _Round:
     here (PyTensor's on-disk cache makes that cheap after the main process compiled it)."""
     model, backend, seed, n_groups, args = cloudpickle.loads(payload)
     density = get_density(model, backend=backend)
-    return _run_round(np.random.default_rng(seed), density, n_groups, progress=_ignore, **args)
+    with one_blas_thread():
+        return _run_round(np.random.default_rng(seed), density, n_groups, progress=_ignore, **args)
 
 
 def _ignore(*args) -> None:
