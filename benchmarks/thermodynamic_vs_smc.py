@@ -550,7 +550,8 @@ def write_report(path: Path, rows, ctx, finished: bool) -> None:
         ]
         for r in mlp:
             if r["ok"]:
-                note = f"TI {_f(r.get('ti'), '{:.2f}')}; {r.get('n_warnings', 0)} warning(s)" if r[
+                note = (f"TI {_f(r.get('ti'), '{:.4g}')} ± {_f(r.get('ti_se'), '{:.3g}')}; "
+                        f"{r.get('n_warnings', 0)} warning(s)") if r[
                     "method"] == "thermodynamic" else f"chains: {r.get('smc_chains', '')}"
                 if r.get("warnings"):
                     note += ": " + r["warnings"].replace("|", "/")[:200]
