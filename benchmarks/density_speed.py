@@ -14,6 +14,10 @@ point: ``tanh(0)`` is a fast path):
 * ``floor`` — a hand-written batched NumPy implementation of the same density and gradients
   (checked against ours to 1e-6), with the same chunks.
 
+BLAS runs on one thread (``--blas-threads one``, the default), as inside the samplers
+(:func:`pymc_evidence._parallel.one_blas_thread`); ``--blas-threads default`` leaves the BLAS
+library's own thread count.
+
 Usage::
 
     python benchmarks/density_speed.py           # h = 4 16 64, K = 1 16 64 256; writes results/density_speed.md
@@ -136,6 +140,15 @@ def time_interleaved(fns: dict, min_time: float, repeats: int) -> dict:
 
 
 def run(args):
+    """Time every contender at every (h, K), BLAS threads as ``args.blas_threads`` says."""
+    from threadpoolctl import threadpool_limits
+
+    limit = 1 if args.blas_threads == "one" else None
+    with threadpool_limits(limits=limit, user_api="blas"):
+        return _run(args)
+
+
+def _run(args):
     warnings.filterwarnings("ignore", "PyTensor could not link to a BLAS", UserWarning)
     import pymc as pm
     import pytensor
@@ -185,6 +198,7 @@ def run(args):
         "pytensor": pytensor.__version__,
         "numpy": np.__version__,
         "cpus": os.cpu_count(),
+        "BLAS threads": args.blas_threads,
         "load average (start, end)": (round(load_start, 2), round(os.getloadavg()[0], 2)),
         "compile seconds": {h: {k: round(v, 1) for k, v in c.items()} for h, c in compile_s.items()},
     }
@@ -223,6 +237,8 @@ def parse_args(argv=None):
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds per timing, at least")
     parser.add_argument("--no-numba", dest="numba", action="store_false", help="skip the Numba backend")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--blas-threads", choices=["one", "default"], default="one",
+                        help="one (as the samplers run the density) or the BLAS library's default")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
     if args.quick:
