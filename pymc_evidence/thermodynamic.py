@@ -11,13 +11,14 @@ honest standard error.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import multiprocessing
 import os
 import pickle
 import time
-from pathlib import Path
 from concurrent.futures import as_completed
+from pathlib import Path
 from typing import NamedTuple
 
 import cloudpickle
@@ -710,10 +711,8 @@ def _run_chunks(rng, store, rounds, model, density, backend, sizes, args, cores,
         return chunks
     pool, failed = local_pool(workers, fork=fork), True
     try:
-        futures = {
-            pool.submit(_run_chunk, cloudpickle.dumps((model, backend, seeds[i], sizes[i], args))): i
-            for i in todo
-        }
+        payloads = {i: cloudpickle.dumps((model, backend, seeds[i], sizes[i], args)) for i in todo}
+        futures = {pool.submit(_run_chunk, payload): i for i, payload in payloads.items()}
         for future in as_completed(futures):
             index, chunk = futures[future], future.result()
             finished(index, chunk)
@@ -886,6 +885,7 @@ class _Checkpoint:
         os.replace(temporary, self.path)
 
 
+@functools.cache
 def _quiet_tqdm():
     """tqdm without its monitor thread (a running thread makes forking workers unsafe)."""
     from tqdm.auto import tqdm
