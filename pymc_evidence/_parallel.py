@@ -34,7 +34,9 @@ def fork_is_safe() -> bool:
     return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
 
 
-def local_pool(max_workers: int, *, fork: bool = False) -> ProcessPoolExecutor:
+def local_pool(
+    max_workers: int, *, fork: bool = False, initializer=None, initargs=()
+) -> ProcessPoolExecutor:
     """A local process pool, its workers forked from this process or from a fork server.
 
     ``fork=True`` (when :func:`fork_is_safe`) forks this process, as PyMC's samplers do on
@@ -44,14 +46,16 @@ def local_pool(max_workers: int, *, fork: bool = False) -> ProcessPoolExecutor:
     running yet; each worker is forked from it, ready to run; like ``spawn`` it re-imports the
     user's main script, which therefore needs the ``if __name__ == "__main__"`` guard. Where
     there is no fork server (Windows), workers are spawned and import PyMC each.
+    ``initializer(*initargs)`` runs once in each worker (ProcessPoolExecutor's own arguments).
     """
+    setup = {"initializer": initializer, "initargs": initargs}
     if fork:
-        return ProcessPoolExecutor(max_workers, mp_context=multiprocessing.get_context("fork"))
+        return ProcessPoolExecutor(max_workers, multiprocessing.get_context("fork"), **setup)
     if "forkserver" not in multiprocessing.get_all_start_methods():
-        return ProcessPoolExecutor(max_workers, mp_context=multiprocessing.get_context("spawn"))
+        return ProcessPoolExecutor(max_workers, multiprocessing.get_context("spawn"), **setup)
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["__main__", "pymc_evidence"])  # "__main__": the default
-    return ProcessPoolExecutor(max_workers, mp_context=context)
+    return ProcessPoolExecutor(max_workers, context, **setup)
 
 
 def stop_pool(pool: ProcessPoolExecutor, failed: bool) -> None:

@@ -659,13 +659,23 @@ def _chunk_sizes(extra: int, size: int) -> list[int]:
     return [min(size, extra - start) for start in range(0, extra, size)]
 
 
-def _run_chunk(payload: bytes) -> _Round:
-    """Worker side of a parallel chunk: the model travels as cloudpickle bytes and is compiled
-    here (PyTensor's on-disk cache makes that cheap after the main process compiled it)."""
-    model, backend, seed, n_groups, args = cloudpickle.loads(payload)
-    density = get_density(model, backend=backend)
+#: A chunk worker's compiled density, set once per worker process by :func:`_init_chunk_worker`.
+_worker_density = None
+
+
+def _init_chunk_worker(payload: bytes) -> None:
+    """Compile the density once per worker: the model travels as cloudpickle bytes
+    (PyTensor's on-disk cache makes the compile cheap after the main process's)."""
+    global _worker_density
+    model, backend = cloudpickle.loads(payload)
+    _worker_density = get_density(model, backend=backend)
+
+
+def _run_chunk(seed, n_groups, args) -> _Round:
+    """Worker side of a parallel chunk."""
     with one_blas_thread():
-        return _run_round(np.random.default_rng(seed), density, n_groups, progress=_ignore, **args)
+        return _run_round(np.random.default_rng(seed), _worker_density, n_groups,
+                          progress=_ignore, **args)
 
 
 def _ignore(*args) -> None:
@@ -709,10 +719,11 @@ def _run_chunks(rng, store, rounds, model, density, backend, sizes, args, cores,
                                progress=bar.update, **args)
             finished(i, chunk)
         return chunks
-    pool, failed = local_pool(workers, fork=fork), True
+    pool = local_pool(workers, fork=fork, initializer=_init_chunk_worker,
+                      initargs=(cloudpickle.dumps((model, backend)),))
+    failed = True
     try:
-        payloads = {i: cloudpickle.dumps((model, backend, seeds[i], sizes[i], args)) for i in todo}
-        futures = {pool.submit(_run_chunk, payload): i for i, payload in payloads.items()}
+        futures = {pool.submit(_run_chunk, seeds[i], sizes[i], args): i for i in todo}
         for future in as_completed(futures):
             index, chunk = futures[future], future.result()
             finished(index, chunk)
