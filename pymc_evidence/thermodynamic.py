@@ -488,7 +488,9 @@ def thermodynamic(
         File where every finished stage is saved (atomically, with the random generator's
         state). If it exists, the run resumes after its last finished stage and returns exactly
         what an uninterrupted run would; a finished run is returned without sampling. A
-        checkpoint written with other settings or another model raises an error.
+        checkpoint written with other settings or another model raises an error. The result's
+        ``timing["sampling"]`` counts the sampling of every session that worked on the run
+        (``timing["earlier_sessions"]``: the part before this call).
     backend : {"c", "numba"}, default "c"
         PyTensor backend for the compiled density.
     cores : int, optional
@@ -630,8 +632,10 @@ def thermodynamic(
     _check(messages, ss, ti, log_ratio_var, rounds, target_se, n_particles)
 
     posterior, sample_stats = _final_draws(rng, density, rounds, n_particles)
-    timing = {"compile": compiled - start, "sampling": sampled - compiled}
-    timing["total"] = time.perf_counter() - start
+    # A resumed run's cost includes the sampling its checkpoint records from earlier sessions.
+    timing = {"compile": compiled - start, "sampling": store.earlier + sampled - compiled,
+              "earlier_sessions": store.earlier}
+    timing["total"] = time.perf_counter() - start + store.earlier
     return EvidenceResult(
         method="thermodynamic",
         log_evidence=ss.log_evidence,
@@ -861,10 +865,16 @@ def _final_draws(rng, density, rounds, n_particles):
 
 
 class _Checkpoint:
-    """Atomic per-stage saves of a run's rounds and random state, and their reloading."""
+    """Atomic per-stage saves of a run's rounds and random state, and their reloading.
+
+    Each save also records the sampling seconds spent on the run so far, over every session
+    (``earlier`` holds those of the sessions before this one once loaded).
+    """
 
     def __init__(self, path, settings, density, random_seed):
         self.path = None if path is None else Path(path)
+        self.earlier = 0.0
+        self.started = time.perf_counter()
         seed = random_seed if isinstance(random_seed, (int, np.integer, type(None))) else "generator"
         self.key = json.dumps(
             {"settings": settings, "names": density.names, "dim": density.dim,
@@ -883,6 +893,7 @@ class _Checkpoint:
                 "model; delete it or pass another checkpoint path"
             )
         rng.bit_generator.state = saved["rng"]
+        self.earlier = saved.get("sampling_seconds", 0.0)
         return saved["rounds"]
 
     def save(self, rng, rounds) -> None:
@@ -890,7 +901,9 @@ class _Checkpoint:
             return
         temporary = self.path.with_name(self.path.name + ".tmp")
         with open(temporary, "wb") as file:
-            pickle.dump({"key": self.key, "rng": rng.bit_generator.state, "rounds": rounds}, file)
+            seconds = self.earlier + time.perf_counter() - self.started
+            pickle.dump({"key": self.key, "rng": rng.bit_generator.state, "rounds": rounds,
+                         "sampling_seconds": seconds}, file)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, self.path)
