@@ -27,6 +27,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import platform
@@ -141,10 +142,9 @@ def time_interleaved(fns: dict, min_time: float, repeats: int) -> dict:
 
 def run(args):
     """Time every contender at every (h, K), BLAS threads as ``args.blas_threads`` says."""
-    from threadpoolctl import threadpool_limits
+    from pymc_evidence._parallel import one_blas_thread
 
-    limit = 1 if args.blas_threads == "one" else None
-    with threadpool_limits(limits=limit, user_api="blas"):
+    with one_blas_thread() if args.blas_threads == "one" else contextlib.nullcontext():
         return _run(args)
 
 

@@ -40,15 +40,15 @@ N_GROUPS = 4
 
 def run(h: int, n_particles: int) -> dict:
     import pymc_evidence as pm_evidence
-    from pymc_evidence.testing import robot_arm_mlp
+    from pymc_evidence.testing import ROBOT_ARM_LAYER, robot_arm_mlp
 
-    layer = pm_evidence.MLPLayer(weights="z_w_in", bias="z_b_hidden", output="z_w_out")
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
         result = pm_evidence.thermodynamic(
-            robot_arm_mlp(h), mlp_layers=layer, n_particles=n_particles, n_groups=N_GROUPS,
-            max_groups=N_GROUPS, target_cess=0.95, random_seed=h, progressbar=False, cores=1,
+            robot_arm_mlp(h), mlp_layers=ROBOT_ARM_LAYER, n_particles=n_particles,
+            n_groups=N_GROUPS, max_groups=N_GROUPS, target_cess=0.95, random_seed=h,
+            progressbar=False, cores=1,
         )
     return {
         "h": h, "n_particles": n_particles, "log_z": result.log_evidence, "se": result.se,

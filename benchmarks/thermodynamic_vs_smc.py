@@ -681,7 +681,6 @@ def main(argv=None) -> int:
                 record("exact", case, method, seed, exact, result)
         flush()
 
-    import pymc_evidence as pm_evidence
     from pymc_evidence import testing
 
     # smc on every h first (quick to crash or finish: answers "does it crash?" within the budget),
@@ -695,9 +694,8 @@ def main(argv=None) -> int:
             result = {"ok": False, "error_type": "Skipped", "time_s": 0.0,
                       "error": f"not run: {max(limit, 0):.0f} s left of the {args.budget_minutes:g}-min budget"}
         elif method == "thermodynamic":
-            layer = pm_evidence.MLPLayer(weights="z_w_in", bias="z_b_hidden", output="z_w_out")
-            result = timed(run_thermodynamic, model, ctx["mlp_seed"], mlp_layers=layer,
-                           **MLP_THERMODYNAMIC,
+            result = timed(run_thermodynamic, model, ctx["mlp_seed"],
+                           mlp_layers=testing.ROBOT_ARM_LAYER, **MLP_THERMODYNAMIC,
                            timeout=None if math.isinf(limit) else limit)
         else:
             result = timed(run_smc, model, ctx["mlp_seed"], kwargs,

@@ -6,8 +6,8 @@ y2 = 2 sin x1 + 1.3 sin(x1 + x2), from 200 cases with output noise σ = 0.05. Th
 Bishop's gamma hyperpriors on four weight-group precisions and on the noise precision,
 weights non-centred. For each h:
 
-* **thermodynamic chaining**: ``pm_evidence.thermodynamic(model, mlp_layers=LAYER, ...)``, Barber &
-  Bishop's Fig. 2a; its λ = 1 particles give the posterior-mean prediction;
+* **thermodynamic chaining**: ``pm_evidence.thermodynamic(model, mlp_layers=ROBOT_ARM_LAYER,
+  ...)``, Barber & Bishop's Fig. 2a; its λ = 1 particles give the posterior-mean prediction;
 * **Gaussian approximation**: Barber & Bishop's §4 (Fig. 3a), MacKay's evidence framework:
   :func:`gaussian_mlp` is the same network with fixed-precision Gaussian weight priors, and
   ``pm_evidence.laplace(model, framework="mackay", noise="y", groups=GAUSSIAN_GROUPS,
@@ -51,14 +51,11 @@ import pandas as pd
 import pymc as pm
 
 import pymc_evidence as pm_evidence
-from pymc_evidence.testing import robot_arm_data, robot_arm_mlp
+from pymc_evidence.testing import ROBOT_ARM_LAYER, robot_arm_data, robot_arm_mlp
 
 NOISE_SD = 0.05
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "robot_arm"
-#: The hidden layer of robot_arm_mlp, in its unconstrained (non-centred) variables: flipping or
-#: permuting z's units flips or permutes the weights w = z / √α with them.
-LAYER = pm_evidence.MLPLayer(weights="z_w_in", bias="z_b_hidden", output="z_w_out")
 #: Barber & Bishop's weight groups for the Gaussian approximation, with the output biases in the
 #: hidden biases' group: alone, the data switch the two output biases off (α → ∞, γ → 0, where
 #: eq. 11 does not apply), since the hidden units' biases can stand in for them.
@@ -170,8 +167,8 @@ def run_laplace(h: int, posterior: dict, restarts: int, seed: int, x_test, y_tes
 def run_thermodynamic(model, options: dict, seed: int, checkpoint: Path):
     """Thermodynamic chaining, checkpointed after every stage (a finished run is reloaded)."""
     return pm_evidence.thermodynamic(
-        model, mlp_layers=LAYER, random_seed=seed, progressbar=False, checkpoint=checkpoint,
-        **options,
+        model, mlp_layers=ROBOT_ARM_LAYER, random_seed=seed, progressbar=False,
+        checkpoint=checkpoint, **options,
     )
 
 

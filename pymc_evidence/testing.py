@@ -15,6 +15,8 @@ import pytensor.tensor as pt
 from scipy.special import gammaln
 from scipy.stats import multivariate_normal
 
+from pymc_evidence.symmetry import MLPLayer
+
 __all__ = [
     "conjugate_regression",
     "normal_inverse_gamma_regression",
@@ -26,6 +28,7 @@ __all__ = [
     "hierarchical_normal",
     "robot_arm_data",
     "robot_arm_mlp",
+    "ROBOT_ARM_LAYER",
     "unit_regression",
     "liang_data",
     "liang_mlp",
@@ -194,6 +197,11 @@ def robot_arm_data():
 def _gamma_precision(s, omega):
     """Barber & Bishop's hyperprior p(α) ∝ α^{s/2−1} exp(−α s / 2ω): shape s/2, rate s/(2ω)."""
     return s / 2.0, s / (2.0 * omega)
+
+
+#: The hidden layer of :func:`robot_arm_mlp` (unnamed model), in its unconstrained non-centred
+#: variables: flipping or permuting z's units flips or permutes the weights w = z / √α with them.
+ROBOT_ARM_LAYER = MLPLayer(weights="z_w_in", bias="z_b_hidden", output="z_w_out")
 
 
 def robot_arm_mlp(hidden_units, x=None, y=None, name=""):

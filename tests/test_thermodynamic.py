@@ -249,10 +249,9 @@ def test_align_moves_particles_to_equivalent_points():
     from pymc_evidence.thermodynamic import _align
 
     density = get_density(testing.robot_arm_mlp(2))
-    layer = pm_evidence.MLPLayer(weights="z_w_in", bias="z_b_hidden", output="z_w_out")
     state = kernels.init(density, density.prior_draws(np.random.default_rng(0), 16))
     weights = np.ones(16)
-    aligned = _align(density, [layer], state, weights)
+    aligned = _align(density, [testing.ROBOT_ARM_LAYER], state, weights)
     again = kernels.init(density, aligned.position)
     np.testing.assert_allclose(aligned.log_likelihood, again.log_likelihood, rtol=1e-10)
     np.testing.assert_allclose(aligned.log_prior, again.log_prior, rtol=1e-10)
