@@ -253,6 +253,7 @@ class MutationStats(NamedTuple):
     n_transitions: int
     divergences: int
     correlation: float  # remaining correlation with the starting population
+    suggested_transitions: int  # transitions the next, similar run should make (see mutate)
     traced_log_prior: np.ndarray  # (n_transitions, n_traced) after each transition
     traced_log_likelihood: np.ndarray  # (n_transitions, n_traced)
 
@@ -275,6 +276,7 @@ def mutate(
     metric: Metric,
     step_size: float,
     *,
+    n_transitions: int | None = None,
     target_accept: float = 0.8,
     trajectory_length: float = 1.0,
     max_leapfrog: int = 64,
@@ -282,22 +284,34 @@ def mutate(
     max_transitions: int = 20,
     n_traced: int = 8,
 ) -> tuple[HMCState, MutationStats]:
-    """Move every chain by HMC at temperature ``lam`` until the population has decorrelated.
+    """Move every chain by HMC at temperature ``lam``, a fixed number of transitions or until
+    the population has decorrelated.
 
-    Transitions repeat until both the parameters (mean absolute correlation per coordinate,
-    across chains) and the log likelihood have correlation below ``decorrelation`` with their
-    values at the start, until a high correlation stops falling (chains held in separate modes),
-    or until ``max_transitions``. The step size adapts to
-    ``target_accept`` after every transition. The number of leapfrog steps is drawn uniformly
-    around ``trajectory_length / step_size`` (±50 %, at most ``max_leapfrog``): in units of
-    the metric a Gaussian target is isotropic, and a random trajectory length avoids the
-    periodic returns of a fixed one. The log prior and log likelihood of the first ``n_traced``
-    chains are recorded after every transition (Barber & Bishop's Fig. 1a trace).
+    The population counts as decorrelated once both the parameters (mean absolute correlation
+    per coordinate, across chains) and the log likelihood have correlation below
+    ``decorrelation`` with their values at the start, or once a high correlation stops falling
+    (chains held in separate modes). With ``n_transitions=None`` the transitions stop there (or
+    at ``max_transitions``). That stop depends on where the moves went, so the kernel is no
+    longer invariant for the tempered posterior, and evidence estimates built on it run low in
+    high dimensions (0.2 nats at d = 100, ``benchmarks/results/metric_bias.md``). With
+    ``n_transitions`` given, exactly that many transitions run, and ``suggested_transitions``
+    reports where the population decorrelated — or, if it did not, 50 % more (at most
+    ``max_transitions``) — for the next run at a nearby temperature to use: a non-anticipating
+    choice that keeps every run's kernel fixed.
+
+    The step size adapts to ``target_accept`` after every transition. The number of leapfrog
+    steps is drawn uniformly around ``trajectory_length / step_size`` (±50 %, at most
+    ``max_leapfrog``): in units of the metric a Gaussian target is isotropic, and a random
+    trajectory length avoids the periodic returns of a fixed one. The log prior and log
+    likelihood of the first ``n_traced`` chains are recorded after every transition (Barber &
+    Bishop's Fig. 1a trace).
     """
     start, start_ll = state.position, state.log_likelihood
     K = start.shape[0]
+    planned = max_transitions if n_transitions is None else int(n_transitions)
     acceptance, divergences, traced, history = [], 0, [], []
-    for transition in range(1, max_transitions + 1):
+    decorrelated_at = None
+    for transition in range(1, planned + 1):
         mean_steps = trajectory_length / step_size
         n_leapfrog = int(
             np.clip(rng.integers(int(0.5 * mean_steps), int(1.5 * mean_steps) + 2), 1, max_leapfrog)
@@ -314,13 +328,20 @@ def mutate(
         )
         history.append(correlation)
         # Chains held in separate modes keep a high correlation with the start however long
-        # they move: stop once it is high and no longer falls (by 2 % over two transitions).
+        # they move: count them as done once it is high and no longer falls (by 2 % over two
+        # transitions).
         stalled = len(history) >= 3 and correlation > 0.5 and history[-1] > 0.98 * history[-3]
-        if correlation < decorrelation or stalled:
-            break
+        if decorrelated_at is None and (correlation < decorrelation or stalled):
+            decorrelated_at = transition
+            if n_transitions is None:
+                break
+    if decorrelated_at is None:
+        suggested = min(max_transitions, max(transition + 1, int(np.ceil(1.5 * transition))))
+    else:
+        suggested = decorrelated_at
     traced_prior, traced_lik = (np.array(values) for values in zip(*traced))
     stats = MutationStats(
         float(np.mean(acceptance)), step_size, n_leapfrog, transition, divergences, correlation,
-        traced_prior, traced_lik,
+        suggested, traced_prior, traced_lik,
     )
     return state, stats

@@ -184,12 +184,15 @@ def _check_prior_population(density, state: kernels.HMCState) -> None:
 
 
 def _run_round(
-    rng, density, n_groups, n_particles, ladder, step_sizes, options, progress,
+    rng, density, n_groups, n_particles, ladder, tuning, options, progress,
     partial=None, on_stage=None,
 ):
     """One tempered SMC run of ``n_groups`` independent groups sharing one ladder.
 
-    With ``ladder=None`` the ladder is built adaptively from the pooled population. ``partial``
+    With ``ladder=None`` the ladder is built adaptively from the pooled population. ``tuning``
+    (from the first round, on the same ladder) gives each stage's step size and number of HMC
+    transitions; without it the step size adapts within the round and each stage makes the
+    transitions the previous stage suggested (the first ``max_transitions``). ``partial``
     (a :class:`_Round` whose last stage has λ < 1) continues an interrupted round;
     ``on_stage`` is called with the round so far after every finished stage.
     """
@@ -201,12 +204,14 @@ def _run_round(
         prior_mean_ll, prior_var_ll = _weighted_moments(
             state.log_likelihood.reshape(G, n), log_weights
         )
-        step_size = step_sizes[0] if step_sizes else 1.0 / density.dim**0.25
+        step_size = tuning[0].step_size if tuning else 1.0 / density.dim**0.25
+        n_transitions = options["kernel"]["max_transitions"]
         stages, lam = [], 0.0
     else:
         prior_mean_ll, prior_var_ll, stages, state, log_weights = partial
         stages = list(stages)
         lam, step_size = stages[-1].lam, stages[-1].move.step_size
+        n_transitions = stages[-1].move.suggested_transitions
     while lam < 1.0:
         k = len(stages)
         ll = state.log_likelihood.reshape(G, n)
@@ -245,12 +250,13 @@ def _run_round(
             state.position, weights / weights.sum(), options["dense_mass"],
             gradients=state.grad_log_prior + lam * state.grad_log_likelihood,
         )
-        if step_sizes and k < len(step_sizes):
-            step_size = step_sizes[k]
+        if tuning:
+            step_size, n_transitions = tuning[k].step_size, tuning[k].suggested_transitions
         state, move = kernels.mutate(
-            rng, state, density, lam, metric, step_size, **options["kernel"]
+            rng, state, density, lam, metric, step_size, n_transitions=n_transitions,
+            **options["kernel"],
         )
-        step_size = move.step_size
+        step_size, n_transitions = move.step_size, move.suggested_transitions
         ll = state.log_likelihood.reshape(G, n)
         mean_ll, var_ll = _weighted_moments(ll, log_weights)
         mean_ll[dead], var_ll[dead] = np.nan, np.nan
@@ -428,7 +434,7 @@ def thermodynamic(
     target_accept: float = 0.8,
     trajectory_length: float = 1.0,
     max_leapfrog: int = 64,
-    decorrelation: float = 0.2,
+    decorrelation: float = 0.05,
     max_transitions: int = 20,
     mass_matrix: str = "auto",
     mlp_layers=None,
@@ -564,6 +570,10 @@ def thermodynamic(
     )
     if mass_matrix not in ("auto", "dense", "diag"):
         raise ValueError(f"mass_matrix must be 'auto', 'dense' or 'diag', got {mass_matrix!r}")
+    if int(max_transitions) != max_transitions or max_transitions < 1:
+        raise ValueError(f"max_transitions must be a positive integer, got {max_transitions!r}")
+    if not 0 <= decorrelation < 1:
+        raise ValueError(f"decorrelation must be in [0, 1), got {decorrelation!r}")
     if cores is not None and (int(cores) != cores or cores < 1):
         raise ValueError(f"cores must be a positive integer or None, got {cores!r}")
     model = pm.modelcontext(model)
@@ -609,13 +619,13 @@ def thermodynamic(
                                     bar.update, partial=first, on_stage=save)]
         first_seconds = time.perf_counter() - compiled
         ladder = np.array([0.0] + [s.lam for s in rounds[0].stages])
-        step_sizes = [s.move.step_size for s in rounds[0].stages]
+        tuning = [s.move for s in rounds[0].stages]
         estimate = _combine_stepping_stone(*_increments(rounds[:1]))
         groups = n_groups
         if target_se is not None and estimate.se > target_se and groups < max_groups:
             wanted = int(np.ceil(groups * (estimate.se / target_se) ** 2 * 1.1))
             extra = min(wanted, max_groups) - groups
-            chunk_args = dict(n_particles=n_particles, ladder=ladder, step_sizes=step_sizes,
+            chunk_args = dict(n_particles=n_particles, ladder=ladder, tuning=tuning,
                               options=options)
             rounds[1:] = _run_chunks(
                 rng, store, rounds, model, density, backend, _chunk_sizes(extra, n_groups),
@@ -876,8 +886,9 @@ class _Checkpoint:
         self.earlier = 0.0
         self.started = time.perf_counter()
         seed = random_seed if isinstance(random_seed, (int, np.integer, type(None))) else "generator"
+        # "format" changes whenever what a checkpoint holds does (2: HMC transitions per stage).
         self.key = json.dumps(
-            {"settings": settings, "names": density.names, "dim": density.dim,
+            {"format": 2, "settings": settings, "names": density.names, "dim": density.dim,
              "model": density.model.name, "seed": None if seed is None else str(seed)},
             sort_keys=True, default=str,
         )
@@ -886,7 +897,14 @@ class _Checkpoint:
         if self.path is None or not self.path.exists():
             return []
         with open(self.path, "rb") as file:
-            saved = pickle.load(file)
+            try:
+                saved = pickle.load(file)
+            except (TypeError, AttributeError, EOFError, pickle.UnpicklingError) as err:
+                raise ValueError(
+                    f"checkpoint {self.path} cannot be read ({err}): it was written by another "
+                    "version of pymc-evidence, or is damaged; delete it or pass another "
+                    "checkpoint path"
+                ) from err
         if saved["key"] != self.key:
             raise ValueError(
                 f"checkpoint {self.path} was written by a run with other settings or another "

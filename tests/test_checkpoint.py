@@ -68,6 +68,9 @@ def test_finished_checkpoint_is_not_rerun_and_guards_settings(model, tmp_path):
     assert again.timing["earlier_sessions"] == pytest.approx(first.timing["sampling"], rel=0.1)
     with pytest.raises(ValueError, match="written by a run with other settings"):
         pm_evidence.thermodynamic(model, checkpoint=path, **dict(OPTIONS, n_particles=128))
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="cannot be read"):
+        pm_evidence.thermodynamic(model, checkpoint=path, **OPTIONS)
 
 
 @pytest.mark.filterwarnings("ignore:target_se=0.02 not reached")

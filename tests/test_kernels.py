@@ -1,8 +1,10 @@
-"""The HMC kernel's metric estimated from a population (pymc_evidence.kernels.Metric)."""
+"""The HMC kernel: the metric estimated from a population, and the number of moves."""
 
 import numpy as np
 import pytest
 
+from pymc_evidence import kernels
+from pymc_evidence.density import DensityValues
 from pymc_evidence.kernels import Metric
 
 
@@ -50,3 +52,29 @@ def test_non_finite_gradients_of_dead_particles_are_ignored(gaussian_population)
     grads[1] = np.inf  # a live particle with a broken gradient: fall back to the positions
     fallback = Metric.from_population(draws, weights, True, gradients=grads)
     np.testing.assert_allclose(fallback.cov, Metric.from_population(draws, weights, True).cov)
+
+
+def _standard_normal(positions):
+    """A density without data: prior N(0, I), log likelihood 0."""
+    zeros = np.zeros(len(positions))
+    return DensityValues(-0.5 * np.sum(positions**2, axis=1), zeros, -positions, np.zeros_like(positions))
+
+
+def test_mutate_runs_the_transitions_it_is_given_and_suggests_the_next():
+    rng = np.random.default_rng(1)
+    start = kernels.init(_standard_normal, rng.standard_normal((400, 3)))
+    metric = Metric(np.ones(3))
+
+    def move(**options):
+        return kernels.mutate(rng, start, _standard_normal, 1.0, metric, 0.5, **options)[1]
+
+    adaptive = move(decorrelation=0.2)  # stops where the population has decorrelated
+    assert 1 <= adaptive.n_transitions == adaptive.suggested_transitions < 20
+    assert adaptive.correlation < 0.2
+    fixed = move(decorrelation=0.2, n_transitions=15)  # runs on, but reports where it got there
+    assert fixed.n_transitions == 15 and fixed.traced_log_prior.shape == (15, 8)
+    assert 1 <= fixed.suggested_transitions < 15
+    # Not decorrelated within the transitions given: 50 % more next time, up to max_transitions.
+    assert move(decorrelation=1e-9, n_transitions=4).suggested_transitions == 6
+    assert move(decorrelation=1e-9, n_transitions=4, max_transitions=5).suggested_transitions == 5
+    assert move(decorrelation=1e-9, n_transitions=1).suggested_transitions == 2

@@ -91,6 +91,10 @@ def test_result_contents(regression5):
     assert result.posterior["w"].shape == (4, 256, 5)
     assert result.sample_stats["log_likelihood"].shape == (4, 256)
     assert 0.5 < diagnostics["acceptance"].mean() < 1.0
+    # The first stage runs max_transitions; each later one the transitions its predecessor
+    # needed to decorrelate the population, fewer on this easy posterior.
+    assert diagnostics["n_transitions"].iloc[0] == 20
+    assert diagnostics["n_transitions"].iloc[1:].max() < 20
     assert result.timing["total"] > 0
 
 
@@ -114,6 +118,8 @@ def test_with_model_context(regression5):
         (dict(max_groups=2), "max_groups"),
         (dict(cores=0), "cores must be a positive integer"),
         (dict(cores=1.5), "cores must be a positive integer"),
+        (dict(max_transitions=0), "max_transitions must be a positive integer"),
+        (dict(decorrelation=1.0), "decorrelation must be in"),
     ],
 )
 def test_bad_options(regression5, options, message):
