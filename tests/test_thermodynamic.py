@@ -43,8 +43,8 @@ def test_exact_evidence(case):
 
 @pytest.mark.slow
 def test_correlated_gaussian_100d():
-    # Seeds 7-10 with the gradient-informed metric: errors -0.39, -0.16, -0.13, -0.07 nats with
-    # SEs 0.20, 0.36, 0.22, 0.21 (with the population covariance alone: +0.9 to +2.4, SE ~0.3).
+    # Seeds 7-10: errors -0.01, +0.39, -0.46, +0.05 nats with SEs 0.26, 0.19, 0.20, 0.19 (moves
+    # that stopped once decorrelated: -0.39, -0.16, -0.13, -0.07; see benchmarks/metric_bias).
     # One round (4 groups of 256): the default target_se=0.1 takes ~8x longer, see benchmarks/
     model, exact = testing.correlated_gaussian(dim=100)
     result = pm_evidence.thermodynamic(model, random_seed=7, progressbar=False, target_se=None)
