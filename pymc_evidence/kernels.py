@@ -290,7 +290,10 @@ def mutate(
     The population counts as decorrelated once both the parameters (mean absolute correlation
     per coordinate, across chains) and the log likelihood have correlation below
     ``decorrelation`` with their values at the start, or once a high correlation stops falling
-    (chains held in separate modes). With ``n_transitions=None`` the transitions stop there (or
+    (chains held in separate modes). A positive ``decorrelation`` is raised to twice the mean
+    absolute correlation that K independent chains show by chance, 2·√(2/(πK)) (0.05 for
+    K = 1024, 0.1 for K = 256): below that a population cannot be told from a decorrelated one.
+    ``decorrelation=0`` switches the rule off. With ``n_transitions=None`` the transitions stop there (or
     at ``max_transitions``). That stop depends on where the moves went, so the kernel is no
     longer invariant for the tempered posterior, and evidence estimates built on it run low in
     high dimensions (0.2 nats at d = 100, ``benchmarks/results/metric_bias.md``). With
@@ -308,6 +311,8 @@ def mutate(
     """
     start, start_ll = state.position, state.log_likelihood
     K = start.shape[0]
+    if decorrelation > 0:
+        decorrelation = max(decorrelation, 2 * np.sqrt(2 / (np.pi * K)))
     planned = max_transitions if n_transitions is None else int(n_transitions)
     acceptance, divergences, traced, history = [], 0, [], []
     decorrelated_at = None

@@ -65,8 +65,8 @@ def test_mutate_runs_the_transitions_it_is_given_and_suggests_the_next():
     start = kernels.init(_standard_normal, rng.standard_normal((400, 3)))
     metric = Metric(np.ones(3))
 
-    def move(**options):
-        return kernels.mutate(rng, start, _standard_normal, 1.0, metric, 0.5, **options)[1]
+    def move(step_size=0.5, **options):
+        return kernels.mutate(rng, start, _standard_normal, 1.0, metric, step_size, **options)[1]
 
     adaptive = move(decorrelation=0.2)  # stops where the population has decorrelated
     assert 1 <= adaptive.n_transitions == adaptive.suggested_transitions < 20
@@ -74,7 +74,12 @@ def test_mutate_runs_the_transitions_it_is_given_and_suggests_the_next():
     fixed = move(decorrelation=0.2, n_transitions=15)  # runs on, but reports where it got there
     assert fixed.n_transitions == 15 and fixed.traced_log_prior.shape == (15, 8)
     assert 1 <= fixed.suggested_transitions < 15
-    # Not decorrelated within the transitions given: 50 % more next time, up to max_transitions.
-    assert move(decorrelation=1e-9, n_transitions=4).suggested_transitions == 6
-    assert move(decorrelation=1e-9, n_transitions=4, max_transitions=5).suggested_transitions == 5
-    assert move(decorrelation=1e-9, n_transitions=1).suggested_transitions == 2
+    # A threshold below what 400 independent chains show by chance (2√(2/(400π)) = 0.08) is
+    # raised to it, so the population still counts as decorrelated; 0 switches the rule off.
+    assert move(decorrelation=0.01).suggested_transitions < 20
+    assert move(decorrelation=0.0, n_transitions=15).suggested_transitions == 20
+    # Not decorrelated within the transitions given (tiny steps): 50 % more next time, at least
+    # one more, at most max_transitions.
+    assert move(0.01, decorrelation=0.2, n_transitions=2).suggested_transitions == 3
+    assert move(0.01, decorrelation=0.2, n_transitions=2, max_transitions=2).suggested_transitions == 2
+    assert move(0.01, decorrelation=0.2, n_transitions=1).suggested_transitions == 2
