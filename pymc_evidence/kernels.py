@@ -295,8 +295,8 @@ def mutate(
     K = 1024, 0.1 for K = 256): below that a population cannot be told from a decorrelated one.
     ``decorrelation=0`` switches the rule off. With ``n_transitions=None`` the transitions stop
     there (or at ``max_transitions``). That stop depends on where the moves went, so the kernel
-    is no longer invariant for the tempered posterior, and evidence estimates built on it run low in
-    high dimensions (0.2 nats at d = 100, ``benchmarks/results/metric_bias.md``). With
+    is no longer invariant for the tempered posterior, and evidence estimates built on it run
+    low in high dimensions (0.2 nats at d = 100, ``benchmarks/results/metric_bias.md``). With
     ``n_transitions`` given, exactly that many transitions run, and ``suggested_transitions``
     reports where the population decorrelated — or, if it did not, 50 % more (at most
     ``max_transitions``) — for the next run at a nearby temperature to use: a non-anticipating
