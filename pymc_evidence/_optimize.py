@@ -27,6 +27,7 @@ __all__ = [
     "trust_region_maximize",
     "escape_saddles",
     "fd_hessian",
+    "hessian_mismatch",
     "starting_points",
     "make_rng",
 ]
@@ -281,6 +282,24 @@ def fd_hessian(density, x: np.ndarray, part: str = "prior", rel_step: float = 1e
         raise ValueError(f"part must be 'prior', 'likelihood' or 'joint', got {part!r}")
     hess = (grads[:d] - grads[d:]) / (2 * h[:, None])
     return 0.5 * (hess + hess.T)
+
+
+#: The exact Hessian is trusted when it agrees with central differences of the gradient to this
+#: fraction of its largest entry (differences are accurate to ~1e-8 of it).
+HESSIAN_RTOL = 1e-4
+
+
+def hessian_mismatch(density, x: np.ndarray, hess: np.ndarray) -> tuple[float, np.ndarray]:
+    """How far the exact Hessian of the log joint at ``x`` is from finite differences of the
+    compiled gradient: (largest difference / largest entry, the finite-difference Hessian).
+
+    A guard against a wrong Hessian graph (PyTensor has produced one for ``dims=`` variables):
+    the gradient drives the optimiser and the samplers and is checked by them; the Hessian
+    enters only ``log det H``, where an error would pass silently.
+    """
+    fd = fd_hessian(density, x, "joint")
+    scale = max(float(np.max(np.abs(fd))), 1.0)
+    return float(np.max(np.abs(hess - fd))) / scale, fd
 
 
 def starting_points(density, rng: np.random.Generator, restarts: int, start=None) -> np.ndarray:

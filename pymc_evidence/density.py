@@ -22,6 +22,7 @@ import pytensor.tensor as pt
 from pymc.logprob.utils import local_check_parameter_to_ninf_switch
 from pymc.pytensorf import compile as compile_pymc
 from pymc.pytensorf import find_rng_nodes, join_nonshared_inputs, reseed_rngs
+from pytensor.gradient import jacobian
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from pytensor.graph.replace import vectorize_graph
@@ -275,12 +276,17 @@ class ModelDensity:
         return np.asarray(rows, dtype=self._X.dtype).reshape(draws, self.dim)
 
     def hessian(self, x: np.ndarray) -> np.ndarray:
-        """Exact Hessian of the log joint (prior + likelihood) at one point ``x`` (d,)."""
+        """Exact Hessian of the log joint (prior + likelihood) at one point ``x`` (d,).
+
+        Built as the vectorised Jacobian of the gradient: PyTensor 2.38's scan-based
+        ``pt.hessian`` returns wrong entries (zeros) when a variable's length is a symbolic
+        coordinate (``dims=``), and fails inside scan with ``pm.Data`` inputs.
+        """
         if self._hessian_fn is None:
             x_var = self._x
-            log_joint = self._single[0] + self._single[1]
+            grad = pt.grad(self._single[0] + self._single[1], x_var)
             self._hessian_fn = compile_pymc(
-                [x_var], pt.hessian(log_joint, x_var), mode=self.mode
+                [x_var], jacobian(grad, x_var, vectorize=True), mode=self.mode
             )
         return np.asarray(self._hessian_fn(np.asarray(x, dtype=self._x.dtype)))
 

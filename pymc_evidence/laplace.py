@@ -23,6 +23,8 @@ from pymc_evidence._optimize import (
     newton_decrement,
     newton_polish,
     fd_hessian,
+    HESSIAN_RTOL,
+    hessian_mismatch,
     starting_points,
 )
 from pymc_evidence.density import get_density
@@ -430,6 +432,11 @@ def _fixed_modes(density, rng, restarts, start, progressbar):
     for opt in optima:
         opt, hess = newton_polish(objective, density.hessian, opt)
         opt, hess, escapes = escape_saddles(objective, density.hessian, opt, hess)
+        mismatch, fd = hessian_mismatch(density, opt.x, hess)
+        notes = []
+        if mismatch > HESSIAN_RTOL:
+            notes.append(_hessian_note(mismatch, "the finite-difference Hessian is used instead"))
+            hess = fd
         values = density(opt.x[None, :])
         candidates.append(
             _Mode(
@@ -442,6 +449,7 @@ def _fixed_modes(density, rng, restarts, start, progressbar):
                 starts=[opt.start],
                 optimizer_success=opt.success,
                 extra={"message": opt.message, "saddle_escapes": escapes},
+                notes=notes,
             )
         )
     return candidates, len(starts)
@@ -472,6 +480,10 @@ def _mackay_modes(density, rng, restarts, start, groups, noise, progressbar):
         extra["hyper_converged"] = fit.hyper_converged
         with np.errstate(invalid="ignore", divide="ignore"):
             hyper = _mackay.occam_hyper_terms(fit, gauss_noise)
+        notes = list(fit.notes)
+        mismatch, _ = hessian_mismatch(density, fit.opt.x, density.hessian(fit.opt.x))
+        if mismatch > HESSIAN_RTOL:  # A is built from it: no fallback, say so
+            notes.append(_hessian_note(mismatch, "this mode's evidence may be wrong"))
         mode = _Mode(
             x=fit.opt.x,
             log_prior=fit.log_prior,
@@ -483,10 +495,15 @@ def _mackay_modes(density, rng, restarts, start, groups, noise, progressbar):
             optimizer_success=fit.opt.success,
             extra=extra,
             log_hyper_terms=hyper,
-            notes=list(fit.notes),
+            notes=notes,
         )
         candidates.append(mode)
     return candidates, len(starts)
+
+
+def _hessian_note(mismatch: float, consequence: str) -> str:
+    return (f"PyTensor's Hessian disagrees with finite differences of the gradient by "
+            f"{mismatch:.2g} of its largest entry; {consequence}. Please report this model")
 
 
 def _merge(density, layers: list[MLPLayer], candidates: list[_Mode], merge_distance: float):

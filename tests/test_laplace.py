@@ -394,3 +394,33 @@ def test_global_rng_untouched_and_netcdf_round_trip(linear, tmp_path):
     assert back.modes.keys() == res.modes.keys()
     for name, values in res.modes.items():
         np.testing.assert_array_equal(back.modes[name], values)
+
+
+@pytest.mark.parametrize("data", [False, True], ids=["array", "pm.Data"])
+def test_exact_with_dims_indexed_variable(data):
+    """A vector declared with ``dims=`` (symbolic length) and indexed: PyTensor 2.38's scan
+    Hessian gave zeros in its entries here (and crashed with ``pm.Data``)."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=30)
+    y = 1.0 + 2.0 * x + NOISE_SD * rng.normal(size=30)
+    with pm.Model(coords={"coef": ["intercept", "slope"]}) as model:
+        x_in = pm.Data("x", x) if data else x
+        beta = pm.Normal("beta", 0.0, 5.0, dims="coef")
+        pm.Normal("y", beta[0] + beta[1] * x_in, NOISE_SD, observed=y)
+    res = pm_evidence.laplace(model, restarts=2, random_seed=1, progressbar=False)
+    design = np.column_stack([np.ones_like(x), x])
+    exact = log_evidence_linear(design, y, np.full(2, 1 / 25), 1 / NOISE_SD**2)
+    assert res.log_evidence == pytest.approx(exact, abs=1e-6)
+    assert not res.warnings
+
+
+def test_wrong_hessian_is_caught_and_replaced(linear, linear_result, monkeypatch):
+    """A Hessian graph that disagrees with the gradient's finite differences warns and the
+    finite-difference Hessian takes its place."""
+    model, _, _ = linear
+    density = get_density(model)
+    exact_hessian = density.hessian
+    monkeypatch.setattr(density, "hessian", lambda x: exact_hessian(x) * np.array([1.0, 1, 1, 0]))
+    with pytest.warns(EvidenceWarning, match="Hessian disagrees with finite differences"):
+        res = pm_evidence.laplace(model, restarts=3, random_seed=11, progressbar=False)
+    assert res.log_evidence == pytest.approx(linear_result.log_evidence, abs=1e-6)
