@@ -404,7 +404,8 @@ def git_info() -> dict:
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    files = ["pymc_evidence/thermodynamic.py", "pymc_evidence/kernels.py"]
+    files = ["pymc_evidence/estimators/thermodynamic.py", "pymc_evidence/estimators/_tempering.py",
+             "pymc_evidence/estimators/_stepping_stone.py", "pymc_evidence/kernels.py"]
     diff = git("diff", "HEAD", "--", *files)
     return {
         "estimator_diff_sha1": hashlib.sha1(diff.encode()).hexdigest()[:10] if diff else "",

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pymc_evidence._constants import LOG_2PI
 from pymc_evidence.symmetry import MLPLayer, _unit_matrix
 
 __all__ = ["UnitLayout", "check_nested", "unit_layout", "BirthDeath", "StandardNormalUnits",
@@ -148,7 +149,7 @@ class StandardNormalUnits(NamedTuple):
         return rng.standard_normal((kept.shape[0], kept.shape[2]))
 
     def logpdf(self, u, kept):
-        return -0.5 * np.sum(u**2, axis=1) - 0.5 * u.shape[1] * np.log(2 * np.pi)
+        return -0.5 * np.sum(u**2, axis=1) - 0.5 * u.shape[1] * LOG_2PI
 
 
 class LiangUnits(NamedTuple):

@@ -29,7 +29,6 @@ __all__ = [
     "fd_hessian",
     "hessian_mismatch",
     "starting_points",
-    "make_rng",
 ]
 
 Objective = Callable[[np.ndarray], tuple[float, np.ndarray]]
@@ -45,13 +44,6 @@ class Optimum(NamedTuple):
     message: str
     n_evaluations: int
     start: int  # index of the starting point it came from
-
-
-def make_rng(random_seed) -> np.random.Generator:
-    """``random_seed`` (int, sequence, Generator or None) -> a Generator; never the global RNG."""
-    if isinstance(random_seed, np.random.Generator):
-        return random_seed
-    return np.random.default_rng(random_seed)
 
 
 def joint_objective(density) -> Objective:

@@ -1,11 +1,16 @@
-"""Local process pools for the estimators and ``compare``: both cores of a laptop, safely."""
+"""Process pools and executors for the estimators and ``compare``: both cores of a laptop, safely.
+
+One way to start a local pool, run tasks on any executor (collecting results as they finish,
+cancelling the rest on a failure) and shut a pool down; BLAS limited to one thread meanwhile.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import threading
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from threadpoolctl import threadpool_limits
 
@@ -68,3 +73,38 @@ def stop_pool(pool: ProcessPoolExecutor, failed: bool) -> None:
             for process in list((getattr(pool, "_processes", None) or {}).values()):
                 process.terminate()
     pool.shutdown(wait=True, cancel_futures=True)
+
+
+def run_tasks(executor, tasks: dict, on_result, on_error=None) -> None:
+    """Submit every task ``{key: (function, args)}`` to ``executor`` and hand each result to
+    ``on_result(key, result)`` as it finishes.
+
+    On the first failure the tasks not yet started are cancelled and the error is raised —
+    as ``on_error(key, error)`` returns it, when given (e.g. to name the model that failed).
+    """
+    futures = {executor.submit(function, *args): key for key, (function, args) in tasks.items()}
+    try:
+        for future in as_completed(futures):
+            key = futures[future]
+            try:
+                result = future.result()
+            except Exception as err:
+                if on_error is None:
+                    raise
+                raise on_error(key, err) from err
+            on_result(key, result)
+    finally:
+        for future in futures:
+            future.cancel()
+
+
+@contextlib.contextmanager
+def shut_down_after(pool: ProcessPoolExecutor):
+    """Context manager: shut ``pool`` down on leaving; after a failure without waiting for
+    its running tasks (:func:`stop_pool`)."""
+    failed = True
+    try:
+        yield pool
+        failed = False
+    finally:
+        stop_pool(pool, failed)

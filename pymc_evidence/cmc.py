@@ -606,7 +606,7 @@ def cmc(
     >>> sorted(results)
     ['free', 'zero']
     """
-    from pymc_evidence.compare import _named_models
+    from pymc_evidence._validation import named_models as _named_models
 
     named = _named_models(models)
     names = list(named)

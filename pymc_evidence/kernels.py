@@ -19,7 +19,10 @@ from scipy.linalg import solve_triangular
 
 from pymc_evidence.density import DensityValues
 
-__all__ = ["HMCState", "HMCInfo", "Metric", "MutationStats", "init", "hmc_step", "mutate", "tempered", "adapt_step_size"]
+__all__ = [
+    "HMCState", "HMCInfo", "Metric", "MutationStats", "init", "hmc_step", "mutate", "tempered",
+    "adapt_step_size", "leapfrog_steps",
+]
 
 #: An energy error beyond this (nats) marks a trajectory as divergent.
 DIVERGENCE_THRESHOLD = 1000.0
@@ -235,6 +238,14 @@ def hmc_step(
     return new_state, info
 
 
+def leapfrog_steps(rng: np.random.Generator, mean_steps: float, max_leapfrog: int) -> int:
+    """A number of leapfrog steps drawn uniformly around ``mean_steps`` (±50 %, between 1 and
+    ``max_leapfrog``): a random trajectory length avoids the periodic returns of a fixed one."""
+    return int(
+        np.clip(rng.integers(int(0.5 * mean_steps), int(1.5 * mean_steps) + 2), 1, max_leapfrog)
+    )
+
+
 def adapt_step_size(step_size: float, acceptance: float, target: float, rate: float = 1.5) -> float:
     """Multiplicative step-size update towards a target mean acceptance rate.
 
@@ -317,10 +328,7 @@ def mutate(
     acceptance, divergences, traced, history = [], 0, [], []
     decorrelated_at = None
     for transition in range(1, planned + 1):
-        mean_steps = trajectory_length / step_size
-        n_leapfrog = int(
-            np.clip(rng.integers(int(0.5 * mean_steps), int(1.5 * mean_steps) + 2), 1, max_leapfrog)
-        )
+        n_leapfrog = leapfrog_steps(rng, trajectory_length / step_size, max_leapfrog)
         jitter = np.exp(rng.uniform(-0.1, 0.1, size=K))
         state, info = hmc_step(rng, state, density, lam, step_size * jitter, metric, n_leapfrog)
         acceptance.append(float(np.mean(info.acceptance_rate)))

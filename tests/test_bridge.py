@@ -119,7 +119,7 @@ def test_posterior_dataset_and_parent_dependent_bounds():
     posterior = xr.Dataset(
         {name: (("chain", "draw"), constrained[name].reshape(2, 4)) for name in ("a", "b")}
     )
-    from pymc_evidence.bridge import _unconstrained_draws
+    from pymc_evidence.estimators.bridge import _unconstrained_draws
 
     np.testing.assert_allclose(_unconstrained_draws(density, posterior).reshape(8, -1), X,
                                atol=1e-12)

@@ -24,7 +24,7 @@ pm_evidence.thermodynamic(model, checkpoint=sys.argv[1], **OPTIONS)
 def finished_stages(path):
     try:
         with open(path, "rb") as file:
-            rounds = pickle.load(file)["rounds"]
+            rounds = pickle.load(file)["state"]["rounds"]
     except (FileNotFoundError, EOFError, pickle.UnpicklingError):
         return 0
     return sum(len(r.stages) for r in rounds)
@@ -71,6 +71,11 @@ def test_finished_checkpoint_is_not_rerun_and_guards_settings(model, tmp_path):
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="cannot be read"):
         pm_evidence.thermodynamic(model, checkpoint=path, **OPTIONS)
+    # what format 2 wrote: the format inside the key, no format of its own
+    path.write_bytes(pickle.dumps({"key": '{"format": 2}', "rng": {}, "rounds": [],
+                                   "sampling_seconds": 1.0}))
+    with pytest.raises(ValueError, match="written by an older version of pymc-evidence"):
+        pm_evidence.thermodynamic(model, checkpoint=path, **OPTIONS)
 
 
 @pytest.mark.filterwarnings("ignore:target_se=0.02 not reached")
@@ -82,8 +87,8 @@ def test_run_missing_extra_groups_resumes_to_identical_result(model, tmp_path):
     uninterrupted = pm_evidence.thermodynamic(model, checkpoint=path, **options)
     with open(path, "rb") as file:
         saved = pickle.load(file)
-    assert len(saved["rounds"]) == 3  # the first round, then chunks of 4 and 2 groups
-    saved["rounds"][1] = None
+    assert len(saved["state"]["rounds"]) == 3  # the first round, then chunks of 4 and 2 groups
+    saved["state"]["rounds"][1] = None
     with open(path, "wb") as file:
         pickle.dump(saved, file)
     resumed = pm_evidence.thermodynamic(model, checkpoint=path, **options)
@@ -104,17 +109,21 @@ def test_compare_checkpoint_skips_finished_models(tmp_path, monkeypatch):
     # an interrupted compare: one model's result is lost, the other is kept and not redone
     (directory / "flat.nc").unlink()
     calls = []
-    original = pm_evidence.compare.__globals__["METHODS"]["thermodynamic"]
+    original = pm_evidence.METHODS["thermodynamic"]
 
     @functools.wraps(original)
     def counting(model, **options):
         calls.append(model.name)
         return original(model, **options)
 
-    monkeypatch.setitem(pm_evidence.compare.__globals__["METHODS"], "thermodynamic", counting)
+    monkeypatch.setitem(pm_evidence.METHODS, "thermodynamic", counting)
     again = pm_evidence.compare(models, checkpoint=directory, **OPTIONS)
     assert len(calls) == 1
     assert again["log_evidence"].equals(first["log_evidence"])
     assert again["se"].equals(first["se"])
-    with pytest.raises(ValueError, match="holds a compare run with other arguments"):
+    with pytest.raises(ValueError, match="written by a run with other settings"):
         pm_evidence.compare(models, checkpoint=directory, **dict(OPTIONS, random_seed=99))
+    # a directory of an earlier format (its manifest held the key alone)
+    (directory / "compare.json").write_text('{"method": "thermodynamic"}')
+    with pytest.raises(ValueError, match="written by an older version of pymc-evidence"):
+        pm_evidence.compare(models, checkpoint=directory, **OPTIONS)

@@ -7,7 +7,7 @@ import pytest
 
 import pymc_evidence as pm_evidence
 from pymc_evidence import testing
-from pymc_evidence.compare import COLUMNS
+from pymc_evidence.comparison import COLUMNS
 
 LOG_BF_EXACT = np.log(12.87)  # Barber's slides, to the printed precision
 

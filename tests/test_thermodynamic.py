@@ -5,7 +5,7 @@ import pytest
 
 import pymc_evidence as pm_evidence
 from pymc_evidence import testing
-from pymc_evidence.thermodynamic import power_ladder
+from pymc_evidence import power_ladder
 
 CAP = 0.5  # nats: a fixed bound besides the SE-relative one, so a huge SE cannot hide a bug
 
@@ -202,14 +202,14 @@ def test_se_covers_heavy_tailed_group_estimates():
     """Groups whose log estimates are N(log Z − σ²/2, σ²), SMC's lognormal law: the reported SE
     covers the error of log mean_g Ẑ_g about as a normal SE should, where the delta-method spread
     of the Ẑ_g alone (one group dominating the mean) is far too small."""
-    from pymc_evidence.thermodynamic import _combine_stepping_stone
+    from pymc_evidence.estimators._stepping_stone import stepping_stone
 
     rng = np.random.default_rng(5)
     G, sigma, replicates = 12, 2.0, 2000
     log_z_groups = rng.normal(-(sigma**2) / 2, sigma, size=(replicates, G))  # true log Z = 0
     errors, ses, delta_only = [], [], []
     for row in log_z_groups:
-        estimate = _combine_stepping_stone(row[:, None], np.zeros((G, 1)))
+        estimate = stepping_stone(row[:, None], np.zeros((G, 1)))
         relative = np.exp(row - estimate.log_evidence)
         errors.append(estimate.log_evidence)
         ses.append(estimate.se)
@@ -221,7 +221,7 @@ def test_se_covers_heavy_tailed_group_estimates():
     assert np.mean(np.abs(errors) <= 2 * delta_only) < 0.7
     assert 0.5 < np.median(ses) / np.sqrt(np.mean(errors**2)) < 2
     # With a small spread the bound is the familiar σ/√G.
-    tight = _combine_stepping_stone(rng.normal(0, 0.05, size=(G, 1)), np.zeros((G, 1)))
+    tight = stepping_stone(rng.normal(0, 0.05, size=(G, 1)), np.zeros((G, 1)))
     assert tight.se == pytest.approx(np.std(tight.per_group, ddof=1) / np.sqrt(G), rel=0.05)
 
 
@@ -252,12 +252,12 @@ def test_align_moves_particles_to_equivalent_points():
     their hidden units are nearer the reference's than before."""
     from pymc_evidence import kernels
     from pymc_evidence.density import get_density
-    from pymc_evidence.thermodynamic import _align
+    from pymc_evidence.estimators._tempering import align_population
 
     density = get_density(testing.robot_arm_mlp(2))
     state = kernels.init(density, density.prior_draws(np.random.default_rng(0), 16))
     weights = np.ones(16)
-    aligned = _align(density, [testing.ROBOT_ARM_LAYER], state, weights)
+    aligned = align_population(density, [testing.ROBOT_ARM_LAYER], state, weights)
     again = kernels.init(density, aligned.position)
     np.testing.assert_allclose(aligned.log_likelihood, again.log_likelihood, rtol=1e-10)
     np.testing.assert_allclose(aligned.log_prior, again.log_prior, rtol=1e-10)

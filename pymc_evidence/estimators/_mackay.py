@@ -22,9 +22,9 @@ import numpy as np
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.basic import NormalRV
 
+from pymc_evidence._constants import LOG_2PI
 from pymc_evidence._optimize import Optimum, climb, maximize, newton_polish
 
-LOG_2PI = float(np.log(2 * np.pi))
 #: a group whose γ_k falls below this × W_k is being switched off by the data (α_k → ∞).
 GAMMA_PRUNED = 1e-6
 #: ... or whose α_k grows beyond this × the model's α⁰_k.

@@ -20,6 +20,8 @@ from pymc.pytensorf import compile as compile_pymc
 from pytensor.graph.replace import clone_replace, vectorize_graph
 from scipy.special import logsumexp
 
+from pymc_evidence._constants import LOG_2PI
+from pymc_evidence._random import as_generator
 from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceResult, warn
 
@@ -37,7 +39,6 @@ CHUNK = 4096
 #: Tags the proposal's random stream when ``random_seed`` is an int (see ``_seeds``): an int
 #: seed also goes to ``pm.sample``, whose streams use spawn keys (), (0,), (1,), ...
 _PROPOSAL_SPAWN_KEY = (0x62726964,)  # "brid"
-LOG_2PI = float(np.log(2 * np.pi))
 
 
 class _Proposal(NamedTuple):
@@ -130,7 +131,7 @@ def _seeds(random_seed):
         seed_seq = np.random.SeedSequence(random_seed, spawn_key=_PROPOSAL_SPAWN_KEY)
         sample_seed = random_seed if random_seed is None else int(random_seed)
         return sample_seed, np.random.default_rng(seed_seq)
-    rng = random_seed if isinstance(random_seed, np.random.Generator) else np.random.default_rng(random_seed)
+    rng = as_generator(random_seed)
     return int(rng.integers(2**30)), rng
 
 

@@ -13,12 +13,12 @@ from pymc_evidence._optimize import (
     fd_hessian,
     joint_objective,
     likelihood_objective,
-    make_rng,
     multistart,
     newton_decrement,
     newton_polish,
     starting_points,
 )
+from pymc_evidence._random import as_generator
 from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceResult, warn
 
@@ -144,7 +144,7 @@ def bic(
         raise ValueError("nothing to optimise: give restarts >= 1 or a start point")
 
     model = pm.modelcontext(model)
-    rng = make_rng(random_seed)
+    rng = as_generator(random_seed)
     density = get_density(model, backend=backend)
     n = density.n_cases if n is None else int(n)
     k = density.dim if k is None else int(k)

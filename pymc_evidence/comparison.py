@@ -2,63 +2,44 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-import json
-import os
 import pickle
 import traceback
 import uuid
-from concurrent.futures import Executor, as_completed
-from pathlib import Path
+from concurrent.futures import Executor
 
 import cloudpickle
 import numpy as np
 import pandas as pd
 from scipy.special import logsumexp
 
-from pymc_evidence._compat import model_types
-from pymc_evidence._parallel import local_pool, stop_pool, usable_cpus
-from pymc_evidence.bic import bic
-from pymc_evidence.bridge import bridge
+from pymc_evidence._checkpoint import ResultDirectory
+from pymc_evidence._parallel import local_pool, run_tasks, shut_down_after, usable_cpus
+from pymc_evidence._progress import progress_bar
+from pymc_evidence._random import spawn_seeds
+from pymc_evidence._validation import named_models
 from pymc_evidence.density import validate_model
-from pymc_evidence.laplace import laplace
+from pymc_evidence.estimators.bic import bic
+from pymc_evidence.estimators.bridge import bridge
+from pymc_evidence.cmc import cmc
+from pymc_evidence.estimators.laplace import laplace
+from pymc_evidence.estimators.thermodynamic import thermodynamic
 from pymc_evidence.results import load_result
-from pymc_evidence.thermodynamic import thermodynamic
 
 __all__ = ["compare", "METHODS"]
 
 #: Estimators ``compare`` can run, by name.
-METHODS = {"thermodynamic": thermodynamic, "laplace": laplace, "bic": bic, "bridge": bridge}
+METHODS = {"thermodynamic": thermodynamic, "laplace": laplace, "bic": bic, "bridge": bridge,
+           "cmc": cmc}
+
+#: Arguments ``compare`` sets itself for every estimator.
+_PASSED_BY_COMPARE = ("model", "models", "random_seed", "progressbar")
 
 COLUMNS = [
     "rank", "log_evidence", "se", "d_log_evidence", "dse", "log_bayes_factor", "weight",
     "method", "warning",
 ]
-
-
-def _named_models(models) -> dict:
-    if isinstance(models, dict):
-        named = dict(models)
-    elif isinstance(models, (list, tuple)):
-        named = {}
-        for i, model in enumerate(models):
-            name = getattr(model, "name", "") or f"model_{i}"
-            if name in named:
-                raise ValueError(
-                    f"two models are named {name!r}: give them distinct names "
-                    "(pm.Model(name=...)) or pass a dict {name: model}"
-                )
-            named[name] = model
-    else:
-        raise TypeError(
-            f"models must be a list of pymc.Model or a dict {{name: model}}, got {type(models).__name__}"
-        )
-    if not named:
-        raise ValueError("compare needs at least one model; got an empty collection")
-    for name, model in named.items():
-        if not isinstance(model, model_types()):
-            raise TypeError(f"model {name!r} is a {type(model).__name__}, not a pymc.Model")
-    return named
 
 
 def _prior_log_probs(prior_model_probs, names) -> np.ndarray:
@@ -82,40 +63,6 @@ def _prior_log_probs(prior_model_probs, names) -> np.ndarray:
     if np.any(probs <= 0) or not np.isclose(probs.sum(), 1.0):
         raise ValueError(f"prior_model_probs must be positive and sum to 1, got {probs.tolist()}")
     return np.log(probs)
-
-
-class _CompareCheckpoint:
-    """Finished results of a ``compare`` run, one netCDF file per model, in a directory."""
-
-    def __init__(self, directory, method, options, random_seed):
-        self.directory = None if directory is None else Path(directory)
-        if self.directory is None:
-            return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        key = {"method": method, "options": repr(sorted(options.items())), "seed": repr(random_seed)}
-        manifest = self.directory / "compare.json"
-        if manifest.exists() and json.loads(manifest.read_text()) != key:
-            raise ValueError(
-                f"checkpoint directory {self.directory} holds a compare run with other "
-                "arguments; delete it or choose another directory"
-            )
-        manifest.write_text(json.dumps(key))
-
-    def file(self, name: str, suffix: str) -> Path:
-        return self.directory / f"{name.replace(os.sep, '_')}.{suffix}"
-
-    def has(self, name: str) -> bool:
-        return self.directory is not None and self.file(name, "nc").exists()
-
-    def load(self, name: str):
-        return load_result(self.file(name, "nc"))
-
-    def save(self, name: str, result) -> None:
-        if self.directory is None:
-            return
-        temporary = self.file(name, "nc.tmp")
-        result.to_netcdf(temporary)
-        os.replace(temporary, self.file(name, "nc"))
 
 
 #: ``executor=`` values that name an executor ``compare`` creates (and shuts down) itself.
@@ -210,39 +157,29 @@ def _run_on_executor(executor, estimator, named, jobs, todo, store, results, pro
 
     On a failure the models not yet started are cancelled, and the error names the model.
     """
-    payloads = {}
+    tasks = {}
     for name in todo:
         try:
-            payloads[name] = cloudpickle.dumps((estimator, named[name], jobs[name]))
+            payload = cloudpickle.dumps((estimator, named[name], jobs[name]))
         except Exception as err:
             raise TypeError(
                 f"model {name!r} cannot be sent to the executor (cloudpickle failed: "
                 f"{type(err).__name__}: {err})"
             ) from err
-    futures = {}
-    for name in todo:
-        label = f"model {name!r}, task {uuid.uuid4().hex}"
-        futures[executor.submit(_run_pickled, payloads[name], label)] = name
-    bar = None
-    if progressbar and todo:
-        from tqdm.auto import tqdm
+        tasks[name] = (_run_pickled, (payload, f"model {name!r}, task {uuid.uuid4().hex}"))
+    bar = progress_bar(progressbar and bool(todo), total=len(todo), desc="compare: models")
 
-        bar = tqdm(total=len(todo), desc="compare: models")
+    def collected(name, result):
+        results[name] = result
+        store.save(name, result)
+        if bar is not None:
+            bar.update()
+            bar.set_postfix_str(f"{name}: log Z = {result.log_evidence:.3f}")
+
     try:
-        for future in as_completed(futures):
-            name = futures[future]
-            try:
-                result = future.result()
-            except Exception as err:
-                raise _failed(name, err, " on the executor") from err
-            results[name] = result
-            store.save(name, result)
-            if bar is not None:
-                bar.update()
-                bar.set_postfix_str(f"{name}: log Z = {result.log_evidence:.3f}")
+        run_tasks(executor, tasks, collected,
+                  on_error=lambda name, err: _failed(name, err, " on the executor"))
     finally:
-        for future in futures:
-            future.cancel()
         if bar is not None:
             bar.close()
 
@@ -334,19 +271,10 @@ def compare(
     >>> table.index[0]
     'indep'
     """
-    if method == "cmc":  # one joint run over all the models (Liang 2005), not one per model
-        from pymc_evidence.cmc import cmc
-
-        named = _named_models(models)
-        log_prior = _prior_log_probs(prior_model_probs, list(named))
-        results = cmc(named, random_seed=random_seed, progressbar=progressbar, **estimator_options)
-        return _table(results, log_prior, method)
     if method not in METHODS:
-        raise ValueError(
-            f"method must be one of {sorted([*METHODS, 'cmc'])}, got {method!r}"
-        )
+        raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
     estimator = METHODS[method]
-    named = _named_models(models)
+    named = named_models(models)
     names = list(named)
     log_prior = _prior_log_probs(prior_model_probs, names)
     accepted = inspect.signature(estimator).parameters
@@ -354,8 +282,11 @@ def compare(
     if unknown:
         raise TypeError(
             f"{method} does not take option(s) {unknown}; it takes "
-            f"{sorted(p for p in accepted if p not in ('model', 'random_seed', 'progressbar'))}"
+            f"{sorted(p for p in accepted if p not in _PASSED_BY_COMPARE)}"
         )
+    if method == "cmc":  # one joint run over all the models (Liang 2005), not one per model
+        results = cmc(named, random_seed=random_seed, progressbar=progressbar, **estimator_options)
+        return _table(results, log_prior, method)
     _check_executor(executor)
     for name, model in named.items():
         try:
@@ -363,17 +294,19 @@ def compare(
         except (ValueError, TypeError) as err:
             raise type(err)(f"model {name!r}: {err}") from err
 
-    seeds = np.random.SeedSequence(random_seed).spawn(len(names))
+    seeds = spawn_seeds(random_seed, len(names))
     jobs = {
         name: dict(estimator_options, random_seed=seed, progressbar=progressbar)
         for name, seed in zip(names, seeds)
     }
-    store = _CompareCheckpoint(checkpoint, method, estimator_options, random_seed)
-    results = {name: store.load(name) for name in names if store.has(name)}
+    store = ResultDirectory(checkpoint, {"method": method,
+                                         "options": repr(sorted(estimator_options.items())),
+                                         "seed": repr(random_seed)})
+    results = {name: load_result(store.path(name)) for name in names if store.has(name)}
     todo = [name for name in names if name not in results]
     if store.directory is not None and "checkpoint" in accepted:
         for name in todo:
-            jobs[name]["checkpoint"] = store.file(name, "ckpt")
+            jobs[name]["checkpoint"] = store.path(name).with_suffix(".ckpt")
     runner, owned = _resolve_executor(executor, len(todo))
     if runner is None:
         for name in todo:
@@ -384,15 +317,10 @@ def compare(
             store.save(name, results[name])
     else:
         remote_jobs = {name: dict(jobs[name], progressbar=False) for name in todo}
-        failed = True
-        try:
+        with shut_down_after(runner) if owned else contextlib.nullcontext():
             _run_on_executor(
                 runner, estimator, named, remote_jobs, todo, store, results, progressbar
             )
-            failed = False
-        finally:
-            if owned:
-                stop_pool(runner, failed)
     results = {name: results[name] for name in names}
     for name, result in results.items():
         result.model_name = name

@@ -14,11 +14,10 @@ import pymc as pm
 from scipy.linalg import solve_triangular
 from scipy.special import logsumexp
 
-from pymc_evidence import _mackay
+from pymc_evidence._constants import LOG_2PI
 from pymc_evidence._optimize import (
     escape_saddles,
     joint_objective,
-    make_rng,
     multistart,
     newton_decrement,
     newton_polish,
@@ -27,14 +26,15 @@ from pymc_evidence._optimize import (
     hessian_mismatch,
     starting_points,
 )
+from pymc_evidence._random import as_generator
 from pymc_evidence.density import get_density
+from pymc_evidence.estimators import _mackay
 from pymc_evidence.results import EvidenceResult, warn
 from pymc_evidence.symmetry import MLPLayer, align_units, as_layers, mlp_symmetry
 
 __all__ = ["laplace"]
 
 FRAMEWORKS = ("fixed", "mackay")
-LOG_2PI = float(np.log(2 * np.pi))
 #: H counts as positive definite when its smallest eigenvalue exceeds this × its largest.
 PD_RTOL = 1e-12
 
@@ -296,7 +296,7 @@ def laplace(
         raise ValueError("nothing to optimise: give restarts >= 1 or a start point")
 
     model = pm.modelcontext(model)
-    rng = make_rng(random_seed)
+    rng = as_generator(random_seed)
     density = get_density(model, backend=backend)
     layers = as_layers(mlp_layers, density)
     if symmetry is None:

@@ -1,0 +1,120 @@
+"""Checkpoints: a long run's finished work, saved atomically and reloaded only by the same run.
+
+Two stores share one key check and one atomic write: :class:`StateFile` pickles an estimator's
+state after every finished stage (``thermodynamic``), :class:`ResultDirectory` keeps one netCDF
+result per finished model (``compare``). A checkpoint is tied to a *key* (a JSON-able dict of
+everything that determines the run: settings, model, seed) and to :data:`FORMAT`, bumped whenever
+what a checkpoint holds changes, so that neither another run nor another version resumes from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["FORMAT", "StateFile", "ResultDirectory"]
+
+#: 3: results typed per method, plumbing shared by every estimator.
+FORMAT = 3
+
+_OLDER = ("was written by an older version of pymc-evidence; delete it or pass another "
+          "checkpoint path")
+_OTHER = ("was written by a run with other settings or another model; delete it or pass "
+          "another checkpoint path")
+
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """``write`` to a temporary file beside ``path``, then replace ``path`` with it: a run
+    stopped mid-save leaves the previous checkpoint whole."""
+    temporary = path.with_name(path.name + ".tmp")
+    write(temporary)
+    os.replace(temporary, path)
+
+
+def _canonical(key: dict) -> str:
+    return json.dumps(key, sort_keys=True, default=str)
+
+
+class StateFile:
+    """An estimator's state after its last finished stage, with the sampling seconds so far.
+
+    ``earlier`` holds the sampling seconds of the sessions before this one once loaded, so a
+    resumed run's timing counts every session.
+    """
+
+    def __init__(self, path, key: dict):
+        self.path = None if path is None else Path(path)
+        self.key = _canonical(key)
+        self.earlier = 0.0
+        self.started = time.perf_counter()
+
+    def load(self):
+        """The saved state, or None when there is no checkpoint yet."""
+        if self.path is None or not self.path.exists():
+            return None
+        with open(self.path, "rb") as file:
+            try:
+                saved = pickle.load(file)
+            except (TypeError, AttributeError, EOFError, ModuleNotFoundError,
+                    pickle.UnpicklingError) as err:
+                raise ValueError(
+                    f"checkpoint {self.path} cannot be read ({err}): it was written by another "
+                    "version of pymc-evidence, or is damaged; delete it or pass another "
+                    "checkpoint path"
+                ) from err
+        if not isinstance(saved, dict) or saved.get("format") != FORMAT:
+            raise ValueError(f"checkpoint {self.path} {_OLDER}")
+        if saved["key"] != self.key:
+            raise ValueError(f"checkpoint {self.path} {_OTHER}")
+        self.earlier = saved["sampling_seconds"]
+        return saved["state"]
+
+    def save(self, state) -> None:
+        if self.path is None:
+            return
+
+        def write(temporary):
+            with open(temporary, "wb") as file:
+                seconds = self.earlier + time.perf_counter() - self.started
+                pickle.dump({"format": FORMAT, "key": self.key, "state": state,
+                             "sampling_seconds": seconds}, file)
+                file.flush()
+                os.fsync(file.fileno())
+
+        _atomic_write(self.path, write)
+
+
+class ResultDirectory:
+    """Finished results, one netCDF file per name, in a directory with a manifest of the key."""
+
+    MANIFEST = "compare.json"
+
+    def __init__(self, directory, key: dict):
+        self.directory = None if directory is None else Path(directory)
+        if self.directory is None:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        manifest = self.directory / self.MANIFEST
+        record = {"format": FORMAT, "key": _canonical(key)}
+        if manifest.exists():
+            saved = json.loads(manifest.read_text())
+            if saved.get("format") != FORMAT:
+                raise ValueError(f"checkpoint directory {self.directory} {_OLDER}")
+            if saved != record:
+                raise ValueError(f"checkpoint directory {self.directory} {_OTHER}")
+        manifest.write_text(json.dumps(record))
+
+    def path(self, name: str) -> Path:
+        """Where the result of ``name`` is kept (read it with ``load_result``)."""
+        return self.directory / f"{name.replace(os.sep, '_')}.nc"
+
+    def has(self, name: str) -> bool:
+        return self.directory is not None and self.path(name).exists()
+
+    def save(self, name: str, result) -> None:
+        if self.directory is not None:
+            _atomic_write(self.path(name), result.to_netcdf)

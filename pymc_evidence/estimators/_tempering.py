@@ -1,0 +1,294 @@
+"""Tempered sequential Monte Carlo: particle populations carried from the prior to the posterior.
+
+The machinery of thermodynamic chaining apart from its estimator maths: the ladder of
+temperatures λ (fixed, or the next λ chosen for a target conditional ESS), the incremental
+weights of each stage, resampling within groups, alignment of MLP symmetry copies, the HMC
+moves, and the particles at λ = 1. One *round* runs G independent groups of n particles on one
+ladder; it records per stage what :mod:`._stepping_stone` combines into the evidence.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from scipy.optimize import brentq
+from scipy.special import logsumexp
+
+from pymc_evidence import kernels
+from pymc_evidence.symmetry import alignment_map
+
+__all__ = ["power_ladder", "Stage", "Round", "run_round", "align_population", "final_draws"]
+
+
+
+def power_ladder(n_stages: int, power: float = 5.0) -> np.ndarray:
+    """Friel & Pettitt's ladder λ_k = (k / n)^power, k = 0..n: rungs crowd near λ = 0.
+
+    Parameters
+    ----------
+    n_stages : int
+        Number of rungs after λ = 0.
+    power : float, default 5
+        Larger powers put more rungs near the prior.
+    """
+    if n_stages < 1:
+        raise ValueError(f"n_stages must be at least 1, got {n_stages}")
+    return (np.arange(n_stages + 1) / n_stages) ** power
+
+
+
+class Stage(NamedTuple):
+    """What one rung of one round recorded; arrays run over the round's groups."""
+
+    lam: float
+    log_ratio: np.ndarray  # (G,) stepping-stone increment per group
+    log_ratio_var: np.ndarray  # (G,) its delta-method variance
+    ess: float  # conditional ESS of the incremental weights, particles per group (mean)
+    mean_ll: np.ndarray  # (G,) weighted E_λ[log L] after the move
+    var_ll: np.ndarray  # (G,) weighted Var_λ[log L] after the move
+    rhat: float
+    resampled: float  # fraction of groups resampled
+    move: kernels.MutationStats
+
+
+
+class Round(NamedTuple):
+    prior_mean_ll: np.ndarray  # (G,)
+    prior_var_ll: np.ndarray  # (G,)
+    stages: list
+    final_state: kernels.HMCState
+    final_log_weights: np.ndarray  # (G, n)
+
+
+
+def _weighted_moments(values: np.ndarray, log_weights: np.ndarray):
+    """Per-group weighted mean and variance, ignoring particles of zero weight."""
+    weights = np.exp(log_weights)
+    safe = np.where(weights > 0, values, 0.0)
+    mean = np.sum(weights * safe, axis=1)
+    var = np.sum(weights * (safe - mean[:, None]) ** 2, axis=1)
+    return mean, var
+
+
+
+def _increment(log_likelihood, delta):
+    """δ · log L, where a zero likelihood stays zero (−inf) however small δ > 0 is."""
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isneginf(log_likelihood), -np.inf, delta * log_likelihood)
+
+
+
+def _conditional_ess(log_weights, log_likelihood, delta) -> float:
+    """Zhou, Johansen & Aston's conditional ESS of the increment exp(δ·log L), as a fraction.
+
+    Averaged over the groups that still have particles of positive weight.
+    """
+    increment = _increment(log_likelihood, delta)
+    first = logsumexp(log_weights + increment, axis=1)
+    live = np.isfinite(first)
+    if not live.any():
+        return 0.0
+    second = logsumexp((log_weights + 2 * increment)[live], axis=1)
+    return float(np.mean(np.exp(2 * first[live] - second)))
+
+
+
+def _next_lambda(log_weights, log_likelihood, lam, target_cess) -> float:
+    """Largest λ' ≤ 1 whose incremental weights keep the conditional ESS at ``target_cess``.
+
+    Particles of zero likelihood lose their weight at any δ > 0, so the target is relative to
+    the conditional ESS as δ → 0⁺ (1 unless the likelihood vanishes somewhere).
+    """
+    target = target_cess * _conditional_ess(log_weights, log_likelihood, 0.0)
+    if _conditional_ess(log_weights, log_likelihood, 1.0 - lam) >= target:
+        return 1.0
+    delta = brentq(
+        lambda d: _conditional_ess(log_weights, log_likelihood, d) - target,
+        0.0, 1.0 - lam, xtol=1e-12, rtol=1e-6,
+    )
+    return lam + max(delta, 1e-12)
+
+
+
+def _systematic_resample(rng, log_weights: np.ndarray) -> np.ndarray:
+    """Systematic resampling of one group: indices into its n particles."""
+    n = log_weights.shape[0]
+    cumulative = np.cumsum(np.exp(log_weights - logsumexp(log_weights)))
+    cumulative[-1] = 1.0
+    return np.searchsorted(cumulative, (rng.uniform() + np.arange(n)) / n)
+
+
+
+def _take(state: kernels.HMCState, index: np.ndarray) -> kernels.HMCState:
+    return kernels.HMCState(*(field[index] for field in state))
+
+
+
+def align_population(density, layers, state: kernels.HMCState, weights: np.ndarray) -> kernels.HMCState:
+    """Move every particle to its copy (under the MLP layers' symmetries) nearest the heaviest.
+
+    The copies have the same density, so the move keeps every tempered target invariant; after
+    it the population's covariance describes one copy of the posterior's modes instead of the
+    spread over all 2^h·h! of them, and the metric built from it allows far longer steps.
+    The symmetries are signed permutations, so gradients move with the positions.
+    """
+    reference = state.position[np.argmax(weights)]
+    maps = [alignment_map(density, layers, reference, x) for x in state.position]
+    index = np.stack([m[0] for m in maps])
+    signs = np.stack([m[1] for m in maps])
+
+    def move(values):
+        return signs * np.take_along_axis(values, index, axis=1)
+
+    return state._replace(
+        position=move(state.position),
+        grad_log_prior=move(state.grad_log_prior),
+        grad_log_likelihood=move(state.grad_log_likelihood),
+    )
+
+
+
+def _check_prior_population(density, state: kernels.HMCState) -> None:
+    """Fail early when the density is broken at exact prior draws."""
+    bad_prior = ~np.isfinite(state.log_prior)
+    bad_lik = np.isnan(state.log_likelihood) | np.isposinf(state.log_likelihood)
+    if bad_prior.any() or bad_lik.any():
+        which = "log prior" if bad_prior.any() else "log likelihood"
+        row = np.flatnonzero(bad_prior | bad_lik)[0]
+        point = {k: v[0] for k, v in density.to_constrained(state.position[row : row + 1]).items()}
+        raise ValueError(
+            f"the {which} is not finite at {int(np.sum(bad_prior | bad_lik))} of "
+            f"{len(bad_prior)} exact prior draws, e.g. at {point}. Check the model's "
+            "parameterisation (e.g. a likelihood scale that can be zero) and its data for NaN."
+        )
+    if np.all(np.isneginf(state.log_likelihood)):
+        raise ValueError(
+            "the log likelihood is -inf at every prior draw: the data are impossible under the "
+            "prior (check the observed values against the likelihood's support)"
+        )
+
+
+
+def run_round(
+    rng, density, n_groups, n_particles, ladder, tuning, options, progress,
+    partial=None, on_stage=None,
+):
+    """One tempered SMC run of ``n_groups`` independent groups sharing one ladder.
+
+    With ``ladder=None`` the ladder is built adaptively from the pooled population. ``tuning``
+    (from the first round, on the same ladder) gives each stage's step size and number of HMC
+    transitions; without it the step size adapts within the round and each stage makes the
+    transitions the previous stage suggested (the first ``max_transitions``). ``partial``
+    (a :class:`Round` whose last stage has λ < 1) continues an interrupted round;
+    ``on_stage`` is called with the round so far after every finished stage.
+    """
+    G, n = n_groups, n_particles
+    if partial is None:
+        state = kernels.init(density, density.prior_draws(rng, G * n))
+        _check_prior_population(density, state)
+        log_weights = np.full((G, n), -np.log(n))
+        prior_mean_ll, prior_var_ll = _weighted_moments(
+            state.log_likelihood.reshape(G, n), log_weights
+        )
+        step_size = tuning[0].step_size if tuning else 1.0 / density.dim**0.25
+        n_transitions = options["kernel"]["max_transitions"]
+        stages, lam = [], 0.0
+    else:
+        prior_mean_ll, prior_var_ll, stages, state, log_weights = partial
+        stages = list(stages)
+        lam, step_size = stages[-1].lam, stages[-1].move.step_size
+        n_transitions = stages[-1].move.suggested_transitions
+    while lam < 1.0:
+        k = len(stages)
+        ll = state.log_likelihood.reshape(G, n)
+        if ladder is None:
+            new_lam = _next_lambda(log_weights, ll, lam, options["target_cess"])
+        else:
+            new_lam = float(ladder[k + 1])
+        increment = _increment(ll, new_lam - lam)
+        ess = _conditional_ess(log_weights, ll, new_lam - lam) * n
+        log_ratio = logsumexp(log_weights + increment, axis=1)
+        # A dead group (every particle of zero likelihood) estimates Z = 0 and keeps no weight.
+        dead = ~np.isfinite(log_ratio)
+        with np.errstate(invalid="ignore"):
+            relative = np.exp(increment - log_ratio[:, None])
+            log_ratio_var = np.sum(np.exp(2 * log_weights) * (relative - 1.0) ** 2, axis=1)
+            log_weights = log_weights + increment - log_ratio[:, None]
+        log_ratio_var[dead] = 0.0
+        log_weights[dead] = -np.inf
+        lam = new_lam
+
+        # Resample the groups whose weights have degenerated, within each group only.
+        with np.errstate(divide="ignore"):
+            group_ess = 1.0 / np.sum(np.exp(2 * log_weights), axis=1)
+        to_resample = np.flatnonzero(group_ess < options["resample_threshold"] * n)
+        if to_resample.size:
+            index = np.arange(G * n)
+            for g in to_resample:
+                index[g * n : (g + 1) * n] = g * n + _systematic_resample(rng, log_weights[g])
+                log_weights[g] = -np.log(n)
+            state = _take(state, index)
+
+        weights = np.exp(log_weights.ravel())
+        if options["layers"]:
+            state = align_population(density, options["layers"], state, weights)
+        metric = kernels.Metric.from_population(
+            state.position, weights / weights.sum(), options["dense_mass"],
+            gradients=state.grad_log_prior + lam * state.grad_log_likelihood,
+        )
+        if tuning:
+            step_size, n_transitions = tuning[k].step_size, tuning[k].suggested_transitions
+        state, move = kernels.mutate(
+            rng, state, density, lam, metric, step_size, n_transitions=n_transitions,
+            **options["kernel"],
+        )
+        step_size, n_transitions = move.step_size, move.suggested_transitions
+        ll = state.log_likelihood.reshape(G, n)
+        mean_ll, var_ll = _weighted_moments(ll, log_weights)
+        mean_ll[dead], var_ll[dead] = np.nan, np.nan
+        rhat = _rhat(ll) if G > 1 else np.nan
+        stages.append(
+            Stage(lam, log_ratio, log_ratio_var, ess, mean_ll, var_ll, rhat,
+                   to_resample.size / G, move)
+        )
+        progress(lam, stages)
+        if on_stage is not None:
+            on_stage(Round(prior_mean_ll, prior_var_ll, stages, state, log_weights))
+    return Round(prior_mean_ll, prior_var_ll, stages, state, log_weights)
+
+
+
+def _rhat(values: np.ndarray) -> float:
+    """Rank-normalised R-hat of a per-stage statistic, with groups as chains."""
+    import arviz as az
+
+    finite = values[:, np.all(np.isfinite(values), axis=0)]
+    if finite.shape[1] < 4:
+        return np.nan
+    return float(az.rhat(finite))
+
+
+
+def final_draws(rng, density, rounds, n_particles):
+    """Particles at λ = 1, resampled to equal weights, as (chain=group, draw) arrays."""
+    positions, log_lik, log_prior = [], [], []
+    for r in rounds:
+        G = r.final_log_weights.shape[0]
+        index = np.concatenate(
+            [g * n_particles + _systematic_resample(rng, r.final_log_weights[g]) for g in range(G)]
+        )
+        positions.append(r.final_state.position[index])
+        log_lik.append(r.final_state.log_likelihood[index])
+        log_prior.append(r.final_state.log_prior[index])
+    positions = np.concatenate(positions)
+    G = positions.shape[0] // n_particles
+    constrained = density.to_constrained(positions)
+    posterior = {
+        name: value.reshape((G, n_particles, *value.shape[1:])) for name, value in constrained.items()
+    }
+    sample_stats = {
+        "log_likelihood": np.concatenate(log_lik).reshape(G, n_particles),
+        "log_prior": np.concatenate(log_prior).reshape(G, n_particles),
+    }
+    return posterior, sample_stats
