@@ -1,10 +1,75 @@
-"""Checks of user input shared by every estimator and ``compare``, run before any work."""
+"""Checks of user input shared by every estimator and ``compare``, run before any work.
+
+One exception type per kind of mistake, with the same wording everywhere: a value of the wrong
+type raises ``TypeError`` ("n_particles must be an integer, got 'x'"), a value of the right type
+outside its range or choices raises ``ValueError`` ("n_particles must be an integer >= 8, got
+2"). Each validator returns the value in its canonical type.
+"""
 
 from __future__ import annotations
 
+import numbers
+
+import pymc as pm
+
 from pymc_evidence._compat import model_types
 
-__all__ = ["named_models"]
+__all__ = ["integer", "number", "choice", "resolve_model", "named_models"]
+
+
+def integer(name: str, value, minimum: int | None = None, *, optional: bool = False,
+            why: str = "") -> int | None:
+    """``value`` as an int; ``optional`` lets None through. ``why`` explains the minimum."""
+    if optional and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        kind = "an integer or None" if optional else "an integer"
+        raise TypeError(f"{name} must be {kind}, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}{why}, got {value!r}")
+    return int(value)
+
+
+def number(name: str, value, *, low: float | None = None, high: float | None = None,
+           low_open: bool = False, high_open: bool = False, optional: bool = False,
+           why: str = "") -> float | None:
+    """``value`` as a float within the interval given by ``low``/``high`` (closed unless
+    ``*_open``); ``optional`` lets None through."""
+    if optional and value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        kind = "a number or None" if optional else "a number"
+        raise TypeError(f"{name} must be {kind}, got {value!r}")
+    value = float(value)
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if too_low or too_high or value != value:  # NaN is in no interval
+        raise ValueError(f"{name} must be {_interval(low, high, low_open, high_open)}{why}, "
+                         f"got {value!r}")
+    return value
+
+
+def _interval(low, high, low_open, high_open) -> str:
+    if high is None:
+        return f"{'>' if low_open else '>='} {low:g}"
+    if low is None:
+        return f"{'<' if high_open else '<='} {high:g}"
+    return f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+
+def choice(name: str, value, choices):
+    """``value`` if it is one of ``choices``."""
+    if isinstance(value, str) or value is None or isinstance(value, (int, float)):
+        if value in choices:
+            return value
+    raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def resolve_model(model):
+    """The model given, or the one of the enclosing ``with`` block; a clear error otherwise."""
+    if model is not None and not isinstance(model, model_types()):
+        raise TypeError(f"model must be a pymc.Model, got a {type(model).__name__}: {model!r:.60}")
+    return pm.modelcontext(model)
 
 
 def named_models(models) -> dict:

@@ -120,7 +120,7 @@ def _failed(name: str, err: BaseException, where: str = "") -> RuntimeError:
     )
 
 
-def _check_executor(executor) -> None:
+def _validate_executor(executor) -> None:
     """Reject an ``executor=`` value before any work starts."""
     choices = (
         f"None, one of {list(_EXECUTOR_NAMES)}, a concurrent.futures.Executor or a "
@@ -145,7 +145,7 @@ def _resolve_executor(executor, n_tasks: int):
     """
     if executor is None or n_tasks == 0:
         return None, False
-    if isinstance(executor, str):  # "processes", checked by _check_executor
+    if isinstance(executor, str):  # "processes", checked by _validate_executor
         return local_pool(max(1, min(n_tasks, usable_cpus()))), True
     if not isinstance(executor, Executor) and callable(getattr(executor, "get_executor", None)):
         return executor.get_executor(), False  # a dask.distributed.Client
@@ -287,7 +287,7 @@ def compare(
     if method == "cmc":  # one joint run over all the models (Liang 2005), not one per model
         results = cmc(named, random_seed=random_seed, progressbar=progressbar, **estimator_options)
         return _table(results, log_prior, method)
-    _check_executor(executor)
+    _validate_executor(executor)
     for name, model in named.items():
         try:
             validate_model(model)

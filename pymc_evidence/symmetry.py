@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from pymc_evidence._validation import integer
+
 __all__ = [
     "MLPLayer", "mlp_symmetry", "align_units", "alignment_map", "transform_units", "as_layers"
 ]
@@ -51,11 +53,11 @@ ACTIVATIONS = ODD_ACTIVATIONS | EVEN_ACTIVATIONS | OTHER_ACTIVATIONS
 
 
 def _sign_symmetric(activation: str) -> bool:
-    name = _check_activation(activation)
+    name = _validate_activation(activation)
     return name in ODD_ACTIVATIONS or name in EVEN_ACTIVATIONS
 
 
-def _check_activation(activation: str) -> str:
+def _validate_activation(activation: str) -> str:
     if not isinstance(activation, str):
         raise TypeError(f"activation must be a string, got {type(activation).__name__}")
     name = activation.lower()
@@ -128,11 +130,7 @@ def mlp_symmetry(hidden_units: int, activation: str = "tanh") -> int:
     NIPS 9, eq. 11. Bishop, C. M. (1995). Neural Networks for Pattern Recognition, §5.1.1
     and pp. 434–436.
     """
-    if isinstance(hidden_units, bool) or not isinstance(hidden_units, (int, np.integer)):
-        raise TypeError(f"hidden_units must be an int, got {type(hidden_units).__name__}")
-    if hidden_units < 0:
-        raise ValueError(f"hidden_units must be >= 0, got {hidden_units}")
-    h = int(hidden_units)
+    h = integer("hidden_units", hidden_units, 0)
     count = math.factorial(h)
     return count * 2**h if _sign_symmetric(activation) else count
 
@@ -177,7 +175,7 @@ class MLPLayer:
     output_axis: int = 0
 
     def __post_init__(self):
-        _check_activation(self.activation)
+        _validate_activation(self.activation)
 
     @property
     def sign_flips(self) -> str | None:

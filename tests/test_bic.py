@@ -95,13 +95,13 @@ def test_mle_in_unconstrained_space_and_cases_not_scalars(two_outputs):
 
 def test_bad_input_errors(linear):
     model, _, _ = linear
-    with pytest.raises(ValueError, match=r"at must be one of \('map', 'mle'\), got 'foo'"):
+    with pytest.raises(ValueError, match=r"at must be one of \['map', 'mle'\], got 'foo'"):
         pm_evidence.bic(model, at="foo")
-    with pytest.raises(ValueError, match="n must be >= 1"):
+    with pytest.raises(ValueError, match=r"n must be an integer >= 1 \(the number of i.i.d. cases\)"):
         pm_evidence.bic(model, n=0)
-    with pytest.raises(ValueError, match="k must be >= 0"):
+    with pytest.raises(ValueError, match="k must be an integer >= 0"):
         pm_evidence.bic(model, k=-1)
-    with pytest.raises(TypeError, match="n must be an int"):
+    with pytest.raises(TypeError, match="n must be an integer or None"):
         pm_evidence.bic(model, n=2.5)
     with pytest.raises(ValueError, match="nothing to optimise"):
         pm_evidence.bic(model, restarts=0)

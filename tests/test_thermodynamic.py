@@ -106,26 +106,29 @@ def test_with_model_context(regression5):
 
 
 @pytest.mark.parametrize(
-    "options, message",
+    "options, error, message",
     [
-        (dict(n_particles=2), "n_particles must be an integer >= 8"),
-        (dict(n_groups=1), "n_groups must be an integer >= 2"),
-        (dict(target_se=-1.0), "target_se must be positive"),
-        (dict(ladder=[0.0, 0.5, 0.4, 1.0]), "strictly increasing"),
-        (dict(ladder=[0.1, 1.0]), "from 0 to 1"),
-        (dict(target_cess=1.5), "target_cess must be in"),
-        (dict(mass_matrix="full"), "mass_matrix must be"),
-        (dict(max_groups=2), "max_groups"),
-        (dict(cores=0), "cores must be a positive integer"),
-        (dict(cores=1.5), "cores must be a positive integer"),
-        (dict(max_transitions=0), "max_transitions must be a positive integer"),
-        (dict(decorrelation=1.0), "decorrelation must be in"),
+        (dict(n_particles=2), ValueError, "n_particles must be an integer >= 8, got 2"),
+        (dict(n_particles=64.5), TypeError, "n_particles must be an integer, got 64.5"),
+        (dict(n_groups=1), ValueError, "n_groups must be an integer >= 2"),
+        (dict(target_se=-1.0), ValueError, r"target_se must be > 0, got -1.0"),
+        (dict(target_se="x"), TypeError, "target_se must be a number or None, got 'x'"),
+        (dict(ladder=[0.0, 0.5, 0.4, 1.0]), ValueError, "strictly increasing"),
+        (dict(ladder=[0.1, 1.0]), ValueError, "from 0 to 1"),
+        (dict(target_cess=1.5), ValueError, r"target_cess must be in \(0, 1\), got 1.5"),
+        (dict(mass_matrix="full"), ValueError, r"mass_matrix must be one of \['auto', 'dense'"),
+        (dict(max_groups=2), ValueError, r"max_groups must be an integer >= 4 \(n_groups\)"),
+        (dict(cores=0), ValueError, "cores must be an integer >= 1"),
+        (dict(cores=1.5), TypeError, "cores must be an integer or None, got 1.5"),
+        (dict(max_transitions=0), ValueError, "max_transitions must be an integer >= 1"),
+        (dict(decorrelation=1.0), ValueError, r"decorrelation must be in \[0, 1\), got 1.0"),
+        (dict(model="m"), TypeError, "model must be a pymc.Model, got a str"),
     ],
 )
-def test_bad_options(regression5, options, message):
-    model, _ = regression5
-    with pytest.raises(ValueError, match=message):
-        pm_evidence.thermodynamic(model, progressbar=False, **options)
+def test_bad_options(regression5, options, error, message):
+    options = dict(dict(model=regression5[0]), **options)
+    with pytest.raises(error, match=message):
+        pm_evidence.thermodynamic(progressbar=False, **options)
 
 
 #: A run that needs extra groups after the first round: 3 chunks of 4, 4 and 2 groups.

@@ -149,7 +149,7 @@ def align_population(density, layers, state: kernels.HMCState, weights: np.ndarr
 
 
 
-def _check_prior_population(density, state: kernels.HMCState) -> None:
+def _validate_prior_population(density, state: kernels.HMCState) -> None:
     """Fail early when the density is broken at exact prior draws."""
     bad_prior = ~np.isfinite(state.log_prior)
     bad_lik = np.isnan(state.log_likelihood) | np.isposinf(state.log_likelihood)
@@ -186,7 +186,7 @@ def run_round(
     G, n = n_groups, n_particles
     if partial is None:
         state = kernels.init(density, density.prior_draws(rng, G * n))
-        _check_prior_population(density, state)
+        _validate_prior_population(density, state)
         log_weights = np.full((G, n), -np.log(n))
         prior_mean_ll, prior_var_ll = _weighted_moments(
             state.log_likelihood.reshape(G, n), log_weights

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import numbers
 import time
 
 import numpy as np
 import pandas as pd
-import pymc as pm
 
 from pymc_evidence._optimize import (
     fd_hessian,
@@ -19,6 +17,7 @@ from pymc_evidence._optimize import (
     starting_points,
 )
 from pymc_evidence._random import as_generator
+from pymc_evidence._validation import choice, integer, resolve_model
 from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceResult, warn
 
@@ -127,23 +126,14 @@ def bic(
     Schwarz, G. (1978). Estimating the dimension of a model. Annals of Statistics 6, 461–464.
     """
     t_start = time.perf_counter()
-    if at not in POINTS:
-        raise ValueError(f"at must be one of {POINTS}, got {at!r}")
-    for name, value in (("n", n), ("k", k)):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{name} must be an int, got {value!r}")
-    if n is not None and n < 1:
-        raise ValueError(f"n must be >= 1 (the number of i.i.d. cases), got {n}")
-    if k is not None and k < 0:
-        raise ValueError(f"k must be >= 0 (the number of free parameters), got {k}")
-    if isinstance(restarts, bool) or not isinstance(restarts, numbers.Integral) or restarts < 0:
-        raise ValueError(f"restarts must be an int >= 0, got {restarts!r}")
+    choice("at", at, POINTS)
+    integer("n", n, 1, optional=True, why=" (the number of i.i.d. cases)")
+    integer("k", k, 0, optional=True, why=" (the number of free parameters)")
+    integer("restarts", restarts, 0)
     if restarts == 0 and start is None:
         raise ValueError("nothing to optimise: give restarts >= 1 or a start point")
 
-    model = pm.modelcontext(model)
+    model = resolve_model(model)
     rng = as_generator(random_seed)
     density = get_density(model, backend=backend)
     n = density.n_cases if n is None else int(n)

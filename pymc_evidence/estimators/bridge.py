@@ -22,6 +22,7 @@ from scipy.special import logsumexp
 
 from pymc_evidence._constants import LOG_2PI
 from pymc_evidence._random import as_generator
+from pymc_evidence._validation import choice, integer, number, resolve_model
 from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceResult, warn
 
@@ -71,15 +72,6 @@ class _Iteration(NamedTuple):
 
 def _log_std_normal(Z: np.ndarray) -> np.ndarray:
     return -0.5 * (np.sum(Z * Z, axis=1) + Z.shape[1] * LOG_2PI)
-
-
-# --------------------------------------------------------------------------- validation
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def _posterior_dataset(idata) -> xr.Dataset:
@@ -515,16 +507,13 @@ def bridge(
     for estimating normalizing constants. Journal of Statistical Software 92(10), 1–29.
     """
     t_start = time.perf_counter()
-    if method not in BRIDGE_METHODS:
-        raise ValueError(f"method must be one of {BRIDGE_METHODS}, got {method!r}")
-    draws = _check_int("draws", draws, 4)
-    tune = _check_int("tune", tune, 0)
-    chains = _check_int("chains", chains, 1)
-    max_iter = _check_int("max_iter", max_iter, 1)
-    if proposal_draws is not None:
-        proposal_draws = _check_int("proposal_draws", proposal_draws, 2)
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol > 0:
-        raise ValueError(f"tol must be a positive number, got {tol!r}")
+    choice("method", method, BRIDGE_METHODS)
+    draws = integer("draws", draws, 4)
+    tune = integer("tune", tune, 0)
+    chains = integer("chains", chains, 1)
+    max_iter = integer("max_iter", max_iter, 1)
+    proposal_draws = integer("proposal_draws", proposal_draws, 2, optional=True)
+    number("tol", tol, low=0, low_open=True)
     sample_kwargs = {} if sample_kwargs is None else dict(sample_kwargs)
     clash = sorted(set(sample_kwargs) & set(_OWN_SAMPLE_ARGS))
     if clash:
@@ -534,7 +523,7 @@ def bridge(
         )
     posterior = None if idata is None else _posterior_dataset(idata)
 
-    model = pm.modelcontext(model)
+    model = resolve_model(model)
     density = get_density(model, backend=backend)
     sample_seed, rng = _seeds(random_seed)
     t_density = time.perf_counter()

@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import math
-import numbers
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import pymc as pm
 from scipy.linalg import solve_triangular
 from scipy.special import logsumexp
 
@@ -27,6 +25,7 @@ from pymc_evidence._optimize import (
     starting_points,
 )
 from pymc_evidence._random import as_generator
+from pymc_evidence._validation import choice, integer, number, resolve_model
 from pymc_evidence.density import get_density
 from pymc_evidence.estimators import _mackay
 from pymc_evidence.results import EvidenceResult, warn
@@ -279,23 +278,17 @@ def laplace(
     Bishop, C. M. (1995). Neural Networks for Pattern Recognition, §10.6, pp. 434–436.
     """
     t_start = time.perf_counter()
-    restarts = _check_count("restarts", restarts)
-    draws = _check_count("draws", draws)
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+    restarts = integer("restarts", restarts, 0)
+    draws = integer("draws", draws, 0)
+    choice("framework", framework, FRAMEWORKS)
     if framework == "fixed" and (groups is not None or noise is not None):
         raise ValueError("groups and noise are options of framework='mackay'")
-    if symmetry is not None:
-        if isinstance(symmetry, bool) or not isinstance(symmetry, numbers.Integral):
-            raise TypeError(f"symmetry must be an int (a count of modes), got {symmetry!r}")
-        if symmetry < 1:
-            raise ValueError(f"symmetry must be >= 1 (a count of equivalent modes), got {symmetry}")
-    if not merge_distance >= 0:
-        raise ValueError(f"merge_distance must be >= 0, got {merge_distance}")
+    integer("symmetry", symmetry, 1, optional=True, why=" (a count of equivalent modes)")
+    number("merge_distance", merge_distance, low=0)
     if restarts == 0 and start is None:
         raise ValueError("nothing to optimise: give restarts >= 1 or a start point")
 
-    model = pm.modelcontext(model)
+    model = resolve_model(model)
     rng = as_generator(random_seed)
     density = get_density(model, backend=backend)
     layers = as_layers(mlp_layers, density)
@@ -414,14 +407,6 @@ def laplace(
 
 
 # --------------------------------------------------------------------------- helpers
-def _check_count(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return int(value)
-
-
 def _fixed_modes(density, rng, restarts, start, progressbar):
     """Optimise from every start, polish, climb off saddles, and analyse each optimum
     (framework="fixed")."""

@@ -21,7 +21,6 @@ import time
 import cloudpickle
 import numpy as np
 import pandas as pd
-import pymc as pm
 from scipy.special import logsumexp
 from scipy.stats import chi2
 
@@ -32,6 +31,7 @@ from pymc_evidence._parallel import (
 )
 from pymc_evidence._progress import TemperingBar
 from pymc_evidence._random import as_generator
+from pymc_evidence._validation import choice, integer, number, resolve_model
 from pymc_evidence.density import get_density
 from pymc_evidence.estimators._stepping_stone import (
     round_increments, round_integration, stepping_stone,
@@ -47,35 +47,34 @@ __all__ = ["thermodynamic", "power_ladder"]
 PARALLEL_MIN_SECONDS = 20.0
 
 
-def _validate(n_particles, n_groups, target_se, max_groups, ladder, target_cess, resample_threshold):
-    if int(n_particles) != n_particles or n_particles < 8:
-        raise ValueError(f"n_particles must be an integer >= 8, got {n_particles!r}")
-    if int(n_groups) != n_groups or n_groups < 2:
+def _validate_arguments(n_particles, n_groups, target_se, max_groups, ladder, target_cess,
+                        resample_threshold, max_transitions, decorrelation, mass_matrix, cores):
+    """Raise on a bad argument before any work; returns the ladder as an array (or None)."""
+    integer("n_particles", n_particles, 8)
+    integer("n_groups", n_groups, 2, why=" (the spread between independent groups is part of "
+            "the standard error)")
+    number("target_se", target_se, low=0, low_open=True, optional=True)
+    integer("max_groups", max_groups, n_groups, why=" (n_groups)")
+    number("target_cess", target_cess, low=0, high=1, low_open=True, high_open=True)
+    number("resample_threshold", resample_threshold, low=0, high=1)
+    integer("max_transitions", max_transitions, 1)
+    number("decorrelation", decorrelation, low=0, high=1, high_open=True)
+    choice("mass_matrix", mass_matrix, ("auto", "dense", "diag"))
+    integer("cores", cores, 1, optional=True)
+    if ladder is None:
+        return None
+    ladder = np.asarray(ladder, dtype=float)
+    if (
+        ladder.ndim != 1
+        or ladder.size < 2
+        or ladder[0] != 0.0
+        or ladder[-1] != 1.0
+        or np.any(np.diff(ladder) <= 0)
+    ):
         raise ValueError(
-            f"n_groups must be an integer >= 2 (the spread between independent groups is part "
-            f"of the standard error), got {n_groups!r}"
+            "ladder must be a strictly increasing sequence of temperatures from 0 to 1 "
+            f"inclusive, e.g. power_ladder(20); got {ladder!r}"
         )
-    if target_se is not None and not target_se > 0:
-        raise ValueError(f"target_se must be positive or None, got {target_se!r}")
-    if max_groups < n_groups:
-        raise ValueError(f"max_groups ({max_groups}) must be at least n_groups ({n_groups})")
-    if not 0 < target_cess < 1:
-        raise ValueError(f"target_cess must be in (0, 1), got {target_cess!r}")
-    if not 0 <= resample_threshold <= 1:
-        raise ValueError(f"resample_threshold must be in [0, 1], got {resample_threshold!r}")
-    if ladder is not None:
-        ladder = np.asarray(ladder, dtype=float)
-        if (
-            ladder.ndim != 1
-            or ladder.size < 2
-            or ladder[0] != 0.0
-            or ladder[-1] != 1.0
-            or np.any(np.diff(ladder) <= 0)
-        ):
-            raise ValueError(
-                "ladder must be a strictly increasing sequence of temperatures from 0 to 1 "
-                f"inclusive, e.g. power_ladder(20); got {ladder!r}"
-            )
     return ladder
 
 
@@ -223,18 +222,11 @@ def thermodynamic(
     >>> round(result.log_evidence, 1)  # exact: -3.9886...
     -4.0
     """
-    ladder = _validate(
-        n_particles, n_groups, target_se, max_groups, ladder, target_cess, resample_threshold
+    ladder = _validate_arguments(
+        n_particles, n_groups, target_se, max_groups, ladder, target_cess, resample_threshold,
+        max_transitions, decorrelation, mass_matrix, cores,
     )
-    if mass_matrix not in ("auto", "dense", "diag"):
-        raise ValueError(f"mass_matrix must be 'auto', 'dense' or 'diag', got {mass_matrix!r}")
-    if int(max_transitions) != max_transitions or max_transitions < 1:
-        raise ValueError(f"max_transitions must be a positive integer, got {max_transitions!r}")
-    if not 0 <= decorrelation < 1:
-        raise ValueError(f"decorrelation must be in [0, 1), got {decorrelation!r}")
-    if cores is not None and (int(cores) != cores or cores < 1):
-        raise ValueError(f"cores must be a positive integer or None, got {cores!r}")
-    model = pm.modelcontext(model)
+    model = resolve_model(model)
     settings = dict(
         target_se=target_se, n_particles=int(n_particles), n_groups=int(n_groups),
         max_groups=int(max_groups), adaptive_ladder=ladder is None, target_cess=target_cess,
@@ -349,7 +341,7 @@ def _result(rng, model, density, rounds, ladder, groups, settings, timing, start
     ss = stepping_stone(log_ratio, log_ratio_var)
     ti = round_integration(rounds, ladder, n_particles)
     messages: list[str] = []
-    _check(messages, ss, ti, log_ratio_var, rounds, settings["target_se"], n_particles)
+    _warn_on_soft_problems(messages, ss, ti, log_ratio_var, rounds, settings["target_se"], n_particles)
     posterior, sample_stats = final_draws(rng, density, rounds, n_particles)
     timing["total"] = time.perf_counter() - start + earlier
     return EvidenceResult(
@@ -512,7 +504,7 @@ def _diagnostics(rounds: list, log_ratio, log_ratio_var) -> pd.DataFrame:
     return frame
 
 
-def _check(messages, ss, ti, log_ratio_var, rounds, target_se, n_particles) -> None:
+def _warn_on_soft_problems(messages, ss, ti, log_ratio_var, rounds, target_se, n_particles) -> None:
     """Turn soft problems into warnings on the result."""
     G = ss.per_group.size
     if not np.all(np.isfinite(ss.per_group)):
