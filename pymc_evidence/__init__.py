@@ -5,7 +5,7 @@ from pymc_evidence.density import ModelDensity, get_density
 from pymc_evidence.estimators._tempering import power_ladder
 from pymc_evidence.estimators.bic import bic
 from pymc_evidence.estimators.bridge import bridge
-from pymc_evidence.cmc import cmc
+from pymc_evidence.estimators.cmc import cmc
 from pymc_evidence.estimators.laplace import laplace
 from pymc_evidence.estimators.thermodynamic import thermodynamic
 from pymc_evidence.plots import plot_cmc_path, plot_evidence, plot_stages, plot_trace_energy

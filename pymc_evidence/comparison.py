@@ -22,7 +22,7 @@ from pymc_evidence._validation import named_models
 from pymc_evidence.density import validate_model
 from pymc_evidence.estimators.bic import bic
 from pymc_evidence.estimators.bridge import bridge
-from pymc_evidence.cmc import cmc
+from pymc_evidence.estimators.cmc import cmc
 from pymc_evidence.estimators.laplace import laplace
 from pymc_evidence.estimators.thermodynamic import thermodynamic
 from pymc_evidence.results import load_result

@@ -6,7 +6,8 @@ import pytest
 from scipy.stats import multivariate_normal
 
 import pymc_evidence as pm_evidence
-from pymc_evidence.cmc import cmc, cmc_core, delta_schedule, stability_statistic
+from pymc_evidence.estimators._cmc_core import cmc_core, delta_schedule, stability_statistic
+from pymc_evidence.estimators.cmc import cmc
 
 # ----------------------------------------------------------------- Liang's 10-state example
 #: Table 1: unnormalised mass function of the 10 states.

@@ -5,10 +5,10 @@ import pymc as pm
 import pytest
 
 from pymc_evidence import MLPLayer
-from pymc_evidence._birth_death import (
+from pymc_evidence.estimators._birth_death import (
     BirthDeath, LiangUnits, StandardNormalUnits, check_nested, pooled_units, unit_layout,
 )
-from pymc_evidence.cmc import cmc
+from pymc_evidence.estimators.cmc import cmc
 from pymc_evidence.density import get_density
 from pymc_evidence.testing import unit_regression
 
@@ -107,7 +107,7 @@ def test_unit_proposals():
 
 
 def test_pooled_units_symmetrised():
-    from pymc_evidence._birth_death import UnitLayout
+    from pymc_evidence.estimators._birth_death import UnitLayout
 
     layout = UnitLayout(np.array([[0, 1, 2], [3, 4, 5]]), np.array([6]), 2)
     draws = np.arange(14.0).reshape(2, 7)

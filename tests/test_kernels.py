@@ -83,3 +83,134 @@ def test_mutate_runs_the_transitions_it_is_given_and_suggests_the_next():
     assert move(0.01, decorrelation=0.2, n_transitions=2).suggested_transitions == 3
     assert move(0.01, decorrelation=0.2, n_transitions=2, max_transitions=2).suggested_transitions == 2
     assert move(0.01, decorrelation=0.2, n_transitions=1).suggested_transitions == 2
+
+
+def _dense_metric(cov):
+    """A dense metric with Σ = ``cov``: its diagonal, Σ itself and L⁻¹ for Σ = LLᵀ."""
+    return Metric(np.diag(cov).copy(), cov, np.linalg.inv(np.linalg.cholesky(cov)))
+
+
+@pytest.mark.parametrize(
+    "metric",
+    [
+        Metric(np.ones(3)),
+        Metric(np.array([0.25, 1.0, 2.5])),
+        _dense_metric(np.array([[2.0, 0.9, 0.3], [0.9, 1.0, -0.2], [0.3, -0.2, 0.5]])),
+    ],
+    ids=["identity", "diagonal", "dense"],
+)
+def test_hmc_step_leaves_the_target_invariant(metric):
+    """Chains started from exact N(0, I) draws are still N(0, I) after 200 transitions.
+
+    The metric need not match the target: it enters the momenta and the kinetic energy, and
+    only a consistent pair keeps the target invariant.
+    """
+    rng = np.random.default_rng(21)
+    K, d = 2000, 3
+    start = rng.standard_normal((K, d))
+    state = kernels.init(_standard_normal, start)
+    acceptance = []
+    for _ in range(200):
+        # ε = 0.9 with 3 leapfrog steps: large enough that an unadjusted (always accepted) or
+        # wrongly adjusted move drifts visibly from N(0, I), stable for every metric here.
+        state, info = kernels.hmc_step(rng, state, _standard_normal, 1.0, 0.9, metric, 3)
+        acceptance.append(np.mean(info.acceptance_rate))
+    x = state.position
+    # The chains are independent and each is exactly N(0, I) if the kernel is invariant, so the
+    # K final positions are K independent draws: a coordinate's mean has standard error
+    # 1/√K = 0.022, a second moment E[x_i x_j] (the mean is known, 0) has variance 2 on the
+    # diagonal and 1 off it, so standard error √(2/K) = 0.032 or √(1/K) = 0.022. Five standard
+    # errors keep the chance of a false alarm among these 9 statistics under 1e-5.
+    np.testing.assert_array_less(np.abs(x.mean(axis=0)), 5 / np.sqrt(K))
+    second_moments = x.T @ x / K
+    standard_errors = np.sqrt((1 + np.eye(d)) / K)
+    np.testing.assert_array_less(np.abs(second_moments - np.eye(d)), 5 * standard_errors)
+    # A kernel that never moves is invariant too: the chains must have moved and, after 200
+    # transitions, forgotten their start. The correlation of independent draws has standard
+    # error 1/√K = 0.022.
+    assert np.mean(acceptance) > 0.6
+    norms = np.sqrt(np.sum(start**2, axis=0) * np.sum(x**2, axis=0))
+    correlation = np.sum(start * x, axis=0) / norms
+    np.testing.assert_array_less(np.abs(correlation), 5 / np.sqrt(K))
+
+
+def _narrow_normal(positions):
+    """Prior N(0, I) and a likelihood of precision 10⁴: a posterior of width 0.01, far narrower
+    than a unit metric."""
+    return DensityValues(
+        -0.5 * np.sum(positions**2, axis=1),
+        -0.5e4 * np.sum(positions**2, axis=1),
+        -positions,
+        -1e4 * positions,
+    )
+
+
+def test_hmc_step_flags_and_rejects_divergent_trajectories():
+    """Per-chain step sizes 0.001, 1 and 10⁶ on a target of width 0.01 (unit metric): the first
+    integrates accurately, the second blows up to a huge finite ΔH, the third overflows."""
+    rng = np.random.default_rng(22)
+    start = kernels.init(_narrow_normal, 0.01 * rng.standard_normal((30, 3)))
+    step_size, metric = np.repeat([1e-3, 1.0, 1e6], 10), Metric(np.ones(3))
+    state, info = kernels.hmc_step(rng, start, _narrow_normal, 1.0, step_size, metric, 10)
+    blown_up = step_size > 1e-3
+    np.testing.assert_array_equal(info.divergent, blown_up)
+    # Leapfrog at εω = 0.1 conserves H to about (εω)²/4 = 0.25 % of its few nats.
+    assert np.all(np.abs(info.energy_change[:10]) < 0.1)
+    assert np.all(info.energy_change[10:20] > kernels.DIVERGENCE_THRESHOLD)
+    assert not np.any(np.isfinite(info.energy_change[20:]))
+    # Divergent proposals are rejected, and the state is the old one, down to the gradients.
+    assert not np.any(info.accepted[blown_up]) and np.all(info.acceptance_rate[blown_up] == 0)
+    for new, old in zip(state, start):
+        np.testing.assert_array_equal(new[blown_up], old[blown_up])
+
+    state, info = kernels.hmc_step(rng, start, _narrow_normal, 1.0, 1e-3, metric, 10)
+    assert not np.any(info.divergent)
+    assert np.all(np.abs(info.energy_change) < 0.1)
+
+
+def _standard_normal_with_hole(positions):
+    """N(0, I) with log likelihood −∞ (gradient NaN) where x₀ < −2.75: outside a support."""
+    values = _standard_normal(positions)
+    hole = ~(positions[:, 0] >= -2.75)  # and at NaN positions, where a trajectory goes on from it
+    values.log_likelihood[hole] = -np.inf
+    values.grad_log_likelihood[hole] = np.nan
+    return values
+
+
+def test_a_non_finite_proposal_leaves_the_other_chains_alone():
+    """Chain 0 starts at x₀ = 3 and takes 16 steps of π/16: half a period of the harmonic
+    oscillator that N(0, I) makes, which carries it to x₀ ≈ −3, inside the hole, whatever its
+    momentum. The other chains take steps of 1.3, so that their acceptance probabilities spread
+    and some are rejected. With the same seed the momenta and uniforms are the same as without
+    the hole, so every other chain must come out bit for bit as it would without it."""
+    positions = np.random.default_rng(24).standard_normal((16, 3))
+    positions[0] = [3.0, 0.0, 0.0]
+    step_size = np.full(16, 1.3)
+    step_size[0] = np.pi / 16
+    visited = []
+
+    def recorded(x):
+        visited.append(x[:, 0].copy())
+        return _standard_normal(x)
+
+    def step(density):
+        start = kernels.init(density, positions)
+        rng = np.random.default_rng(124)
+        return start, *kernels.hmc_step(rng, start, density, 1.0, step_size, Metric(np.ones(3)), 16)
+
+    _, reference, reference_info = step(recorded)
+    # The arrangement holds: only chain 0's trajectory enters the hole; without the hole its
+    # proposal is accepted (so a rejection below is the hole's doing), and among the others
+    # some are accepted and some rejected (so both outcomes are compared).
+    visited = np.array(visited)
+    assert visited[-1, 0] < -2.75 and np.all(visited[:, 1:] > -2.75)
+    assert reference_info.accepted[0]
+    assert 0 < np.sum(reference_info.accepted[1:]) < 15
+
+    start, state, info = step(_standard_normal_with_hole)
+    assert not info.accepted[0] and info.divergent[0] and info.acceptance_rate[0] == 0
+    for new, old, ref in zip(state, start, reference):
+        np.testing.assert_array_equal(new[0], old[0])
+        np.testing.assert_array_equal(new[1:], ref[1:])
+    for field, ref in zip(info, reference_info):
+        np.testing.assert_array_equal(field[1:], ref[1:])

@@ -1,228 +1,44 @@
-"""Contour Monte Carlo (Liang 2005): relative evidences of several models in one run.
+"""Contour Monte Carlo over a list of PyMC models: the estimator :func:`cmc` (Liang 2005).
 
 The sample space of the joint posterior f(ω, H | D) over a list of models is partitioned by
 model index, E_i = {(ω_i, H_i)}. A stochastic-approximation sampler learns weights ĝ(E_i)
 that make every model visited equally often; at convergence ĝ(E_i) ∝ ∫_{E_i} ψ = p(D | H_i),
 so ratios of ĝ are ratios of evidences (Liang 2005, §2.1 and Theorem 1).
 
-Two layers, as in the rest of the package:
-
-* :func:`cmc_core`: the algorithm of §2.1 for *any* sampler on *any* partition, with no PyMC in
-  sight (tested on Liang's 10-state example, Tables 1–2). It runs R independent replicas at
-  once (arrays with a leading replica axis), whose spread gives the standard error.
-* :func:`cmc`: the estimator over a list of PyMC models, with HMC moves within a model and
-  independence proposals (multivariate t fitted to each model's pilot posterior draws) between
-  models, or, for MLPs nested by hidden units, Liang's birth/death moves
-  (:mod:`pymc_evidence._birth_death`).
+The algorithm itself, for any sampler on any partition and with no PyMC, is
+:func:`~pymc_evidence._cmc_core.cmc_core`. This module supplies its sampler over PyMC models:
+HMC moves within a model and, between models, independence proposals (a multivariate t fitted
+to each model's pilot posterior draws) or, for MLPs nested by hidden units, Liang's birth/death
+moves (:mod:`._birth_death`); and it turns the learnt ĝ into one
+:class:`~pymc_evidence.EvidenceResult` per model.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-import pymc as pm
 from scipy.special import gammaln, logsumexp
 
 from pymc_evidence import kernels
+from pymc_evidence._constants import DENSE_METRIC_MAX_DIM
 from pymc_evidence._parallel import one_blas_thread
-from pymc_evidence._birth_death import (
+from pymc_evidence._progress import progress_bar
+from pymc_evidence._random import as_generator
+from pymc_evidence._validation import named_models
+from pymc_evidence.density import get_density
+from pymc_evidence.estimators._birth_death import (
     BirthDeath, FixedUnits, LiangUnits, StandardNormalUnits, check_nested, pooled_units, unit_layout,
 )
-from pymc_evidence.density import get_density
+from pymc_evidence.estimators._cmc_core import CMCCoreResult, cmc_core, delta_schedule
 from pymc_evidence.results import EvidenceResult, warn
 
-__all__ = ["cmc", "cmc_core", "delta_schedule", "stability_statistic", "CMCCoreResult"]
+__all__ = ["cmc"]
 
 
-# ============================================================================ the core (§2.1)
-def delta_schedule(delta_1: float = 0.1, delta_end: float = 1e-6) -> np.ndarray:
-    """Modification factors δ_1 > δ_2 > … of the stages: δ_{s+1} = √(1 + δ_s) − 1 while δ ≥ δ_end.
-
-    (Liang 2005, §2.1.) For small δ this halves δ at every stage.
-    """
-    if not delta_1 > 0:
-        raise ValueError(f"delta_1 must be positive, got {delta_1!r}")
-    if not 0 < delta_end <= delta_1:
-        raise ValueError(f"delta_end must be in (0, delta_1={delta_1}], got {delta_end!r}")
-    deltas = [float(delta_1)]
-    while True:
-        nxt = np.sqrt(1.0 + deltas[-1]) - 1.0
-        if nxt < delta_end:
-            break
-        deltas.append(float(nxt))
-    return np.array(deltas)
-
-
-def stability_statistic(counts_before: np.ndarray, counts_now: np.ndarray) -> np.ndarray:
-    """Liang's S_k = (1/m) Σ_i |Rf_{i,(k+1)b} / Rf_{i,kb} − 1| per replica, with 0/0 := 1.
-
-    Parameters
-    ----------
-    counts_before, counts_now : ndarray (R, m)
-        Visit counts of each region within the stage at iterations kb and (k+1)b.
-
-    Returns
-    -------
-    ndarray (R,)
-        ``inf`` where a region visited now was unvisited before (its frequency is not stable).
-    """
-    before = counts_before / np.maximum(counts_before.sum(axis=1, keepdims=True), 1)
-    now = counts_now / np.maximum(counts_now.sum(axis=1, keepdims=True), 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(before > 0, now / np.where(before > 0, before, 1.0), np.where(now > 0, np.inf, 1.0))
-    return np.mean(np.abs(ratio - 1.0), axis=1)
-
-
-class CMCCoreResult(NamedTuple):
-    """What :func:`cmc_core` returns (arrays over R replicas and m regions)."""
-
-    log_g: np.ndarray  # (R, m) final log ĝ, normalised so that Σ_i ĝ_i = 1 per replica
-    log_g_stages: np.ndarray  # (S, R, m) normalised log ĝ at the end of each stage
-    deltas: np.ndarray  # (S,) δ_s
-    stage_iterations: np.ndarray  # (S,) iterations performed in each stage
-    stability: np.ndarray  # (S,) max over replicas of S_k at the end of each stage
-    counts: np.ndarray  # (S, R, m) visits per region in each stage
-    path: np.ndarray  # (P, R) region of every replica at recorded iterations
-    path_iteration: np.ndarray  # (P,) global iteration of each record
-    path_stage: np.ndarray  # (P,) stage of each record
-    state: object  # the sampler's final state
-
-
-def cmc_core(
-    rng: np.random.Generator,
-    step: Callable,
-    state,
-    n_regions: int,
-    n_replicas: int,
-    *,
-    delta_1: float = 0.1,
-    delta_end: float = 1e-6,
-    stage_length: int = 1000,
-    growth: float = 1.5,
-    batch_size: int | None = None,
-    stability_tol: float | None = None,
-    max_stage_factor: float = 2.0,
-    log_g0: np.ndarray | None = None,
-    path_every: int = 100,
-    callback: Callable | None = None,
-) -> CMCCoreResult:
-    r"""Liang's contour Monte Carlo stochastic approximation (§2.1) for any sampler.
-
-    The sampler targets, for the current weights,
-
-    .. math::
-
-        \pi(x) \propto \sum_{i=1}^m \frac{\psi(x)}{\hat g(E_i)}\, I(x \in E_i)
-        \qquad \text{(Liang 2005, eq. 2.1)}
-
-    and after every iteration the weight of the region visited is multiplied by (1 + δ_s).
-
-    Parameters
-    ----------
-    rng : numpy.random.Generator
-    step : callable
-        ``step(rng, state, log_g) -> (state, region)``: one Metropolis–Hastings move of every
-        replica targeting eq. 2.1 with the current ``log_g`` (R, m), i.e. accepting with
-        probability min{1, [ĝ(E_{I(x)}) ψ(x*) T(x*→x)] / [ĝ(E_{I(x*)}) ψ(x) T(x→x*)]}
-        (eq. 2.2; the paper's print has the ĝ ratio inverted, its text after eq. 2.4 has it
-        right). ``region`` (R,) is each replica's region after the move.
-    state : object
-        The sampler's initial state, passed through to ``step``.
-    n_regions : int
-        m, the number of regions (models).
-    n_replicas : int
-        R independent replicas, each with its own ĝ; their spread is the standard error.
-    delta_1, delta_end : float, default 0.1 and 1e-6
-        First modification factor; stop once δ_s < ``delta_end`` (see :func:`delta_schedule`).
-    stage_length : int, default 1000
-        K_1, iterations of the first stage.
-    growth : float, default 1.5
-        K_{s+1} = growth · K_s.
-    batch_size : int, optional
-        b of the stability statistic S_k; default K_s / 10.
-    stability_tol : float, optional
-        When given, a stage continues past K_s (in batches of b, at most ``max_stage_factor``·K_s
-        iterations in all) until S_k < ``stability_tol`` for every replica.
-    log_g0 : ndarray (m,) or (R, m), optional
-        Initial log ĝ (default 0: ĝ^{(0,0)} = 1).
-    path_every : int, default 100
-        Record every replica's region every this many iterations (Liang's Fig. 1 and 3).
-    callback : callable, optional
-        ``callback(stage, delta, log_g)`` after each stage (progress bars).
-
-    Returns
-    -------
-    CMCCoreResult
-    """
-    if int(n_regions) != n_regions or n_regions < 1:
-        raise ValueError(f"n_regions must be a positive integer, got {n_regions!r}")
-    if int(n_replicas) != n_replicas or n_replicas < 1:
-        raise ValueError(f"n_replicas must be a positive integer, got {n_replicas!r}")
-    if int(stage_length) != stage_length or stage_length < 1:
-        raise ValueError(f"stage_length must be a positive integer, got {stage_length!r}")
-    if not growth >= 1:
-        raise ValueError(f"growth must be at least 1, got {growth!r}")
-    if int(path_every) != path_every or path_every < 1:
-        raise ValueError(f"path_every must be a positive integer, got {path_every!r}")
-    deltas = delta_schedule(delta_1, delta_end)
-    R, m = int(n_replicas), int(n_regions)
-    log_g = np.zeros((R, m))
-    if log_g0 is not None:
-        log_g = log_g + np.broadcast_to(np.asarray(log_g0, dtype=float), (R, m))
-    rows = np.arange(R)
-
-    log_g_stages, lengths, stabilities, stage_counts = [], [], [], []
-    path, path_iteration, path_stage = [], [], []
-    total = 0
-    for s, delta in enumerate(deltas):
-        K = int(round(stage_length * growth**s))
-        b = int(batch_size) if batch_size else max(K // 10, 1)
-        increment = np.log1p(delta)
-        counts = np.zeros((R, m))
-        snapshot = counts.copy()
-        it, stability = 0, np.inf
-        limit = K if stability_tol is None else int(np.ceil(max_stage_factor * K))
-        while True:
-            for _ in range(b):
-                state, region = step(rng, state, log_g)
-                log_g[rows, region] += increment
-                counts[rows, region] += 1
-                total += 1
-                if total % path_every == 0:
-                    path.append(np.array(region))
-                    path_iteration.append(total)
-                    path_stage.append(s)
-            it += b
-            stability = float(np.max(stability_statistic(snapshot, counts))) if it > b else np.inf
-            snapshot = counts.copy()
-            if it >= K and (stability_tol is None or stability < stability_tol or it >= limit):
-                break
-        # Only ratios of ĝ are identified: keep Σ_i ĝ_i = 1 (also keeps numbers small).
-        log_g -= logsumexp(log_g, axis=1, keepdims=True)
-        log_g_stages.append(log_g.copy())
-        lengths.append(it)
-        stabilities.append(stability)
-        stage_counts.append(counts)
-        if callback is not None:
-            callback(s, delta, log_g)
-    return CMCCoreResult(
-        log_g=log_g,
-        log_g_stages=np.array(log_g_stages),
-        deltas=deltas,
-        stage_iterations=np.array(lengths),
-        stability=np.array(stabilities),
-        counts=np.array(stage_counts),
-        path=np.array(path, dtype=int).reshape(-1, R),
-        path_iteration=np.array(path_iteration, dtype=int),
-        path_stage=np.array(path_stage, dtype=int),
-        state=state,
-    )
-
-
-# ============================================================================ PyMC models
+# ============================================================================ moves
 class MultivariateT(NamedTuple):
     """Multivariate t independence proposal in a model's unconstrained space."""
 
@@ -282,7 +98,7 @@ def _pilot(rng, density, n_chains, n_anneal, n_sweeps, kernel_options) -> _Pilot
         )
     weights = np.full(n_chains, 1.0 / n_chains)
     step_size = 1.0 / density.dim**0.25
-    dense = density.dim <= 400
+    dense = density.dim <= DENSE_METRIC_MAX_DIM
     ladder = np.linspace(0, 1, n_anneal + 1)[1:] ** 4
     acceptance = []
     for lam in ladder:
@@ -376,7 +192,7 @@ def _make_step(densities, between, Q, hmc, counts: _MoveCounts):
             if rows.size:
                 sub = kernels.HMCState(*(field[rows] for field in states[i]))
                 step_size, metric, mean_steps, max_leapfrog = hmc[i]
-                n_leapfrog = int(np.clip(rng.integers(int(0.5 * mean_steps), int(1.5 * mean_steps) + 2), 1, max_leapfrog))
+                n_leapfrog = kernels.leapfrog_steps(rng, mean_steps, max_leapfrog)
                 jitter = np.exp(rng.uniform(-0.1, 0.1, size=rows.size))
                 sub, info = kernels.hmc_step(rng, sub, densities[i], 1.0, step_size * jitter, metric, n_leapfrog)
                 states[i] = _set_rows(states[i], rows, sub)
@@ -420,38 +236,29 @@ def _set_rows(state: kernels.HMCState, rows, values: kernels.HMCState) -> kernel
     return kernels.HMCState(*fields)
 
 
-def _validate_cmc(n_chains, delta_1, delta_end, stage_length, growth, n_pilot, anchor_draws):
-    if int(n_chains) != n_chains or n_chains < 2:
-        raise ValueError(
-            f"n_chains must be an integer >= 2 (independent replicas give the standard error), "
-            f"got {n_chains!r}"
-        )
-    if not (isinstance(delta_1, (int, float)) and delta_1 > 0):
-        raise ValueError(f"delta_1 must be positive, got {delta_1!r}")
-    if not (isinstance(delta_end, (int, float)) and 0 < delta_end <= delta_1):
-        raise ValueError(f"delta_end must be in (0, delta_1={delta_1}], got {delta_end!r}")
-    if int(stage_length) != stage_length or stage_length < 10:
-        raise ValueError(f"stage_length must be an integer >= 10, got {stage_length!r}")
-    if not growth >= 1:
-        raise ValueError(f"growth must be at least 1, got {growth!r}")
-    if int(n_pilot) != n_pilot or n_pilot < 8:
-        raise ValueError(f"n_pilot must be an integer >= 8, got {n_pilot!r}")
-    if int(anchor_draws) != anchor_draws or anchor_draws < 0:
-        raise ValueError(f"anchor_draws must be a non-negative integer, got {anchor_draws!r}")
+#: q(u) of a birth: ``cmc(..., unit_proposal=...)``.
+UNIT_PROPOSALS = ("pilot", "normal", "liang")
 
 
-def _importance_anchor(rng, density, proposal, n):
-    """log Ẑ by importance sampling from the fitted proposal, and its delta-method SE."""
-    x = proposal.draw(rng, n)
-    values = density(x)
-    log_w = values.log_prior + values.log_likelihood - proposal.logpdf(x)
-    log_w = np.where(np.isnan(log_w), -np.inf, log_w)
-    log_z = float(logsumexp(log_w) - np.log(n))
-    relative = np.exp(log_w - log_z)
-    se = float(np.std(relative, ddof=1) / np.sqrt(n))
-    return log_z, se
+def _birth_death_move(densities, pilots, layer, unit_proposal, proposal_nu) -> BirthDeath:
+    """Liang's birth/death move (§2.3) for the densities of MLPs with h, h + 1, … units."""
+    unit_names = {layer.weights, layer.bias, layer.output}
+    shared_names = [n for n in densities[0].names if n not in unit_names]
+    layouts = [unit_layout(d, layer, shared_names) for d in densities]
+    unit_proposals = []
+    for i in range(len(densities) - 1):
+        if unit_proposal == "normal":
+            unit_proposals.append(StandardNormalUnits())
+        elif unit_proposal == "liang":
+            unit_proposals.append(LiangUnits())
+        else:
+            # Units of the larger model's posterior: what a unit that "fits" looks like.
+            units = pooled_units(layouts[i + 1], layer, pilots[i + 1].draws)
+            unit_proposals.append(FixedUnits(MultivariateT.fit(units, nu=proposal_nu)))
+    return BirthDeath(layouts, unit_proposals)
 
 
+# ============================================================================ the estimator
 def cmc(
     models,
     *,
@@ -606,31 +413,12 @@ def cmc(
     >>> sorted(results)
     ['free', 'zero']
     """
-    from pymc_evidence._validation import named_models as _named_models
-
-    named = _named_models(models)
+    named = named_models(models)
     names = list(named)
     if len(names) < 2:
         raise ValueError(f"cmc needs at least two models to compare, got {len(names)}")
     _validate_cmc(n_chains, delta_1, delta_end, stage_length, growth, n_pilot, anchor_draws)
-    m = len(names)
-    layer, hidden = None, None
-    if mlp_layer is not None:
-        layer, hidden = check_nested(named, mlp_layer)
-        if unit_proposal not in UNIT_PROPOSALS:
-            raise ValueError(
-                f"unit_proposal must be one of {list(UNIT_PROPOSALS)}, got {unit_proposal!r}"
-            )
-    if model_proposal is None:
-        model_proposal = "uniform" if layer is None else "neighbour"
-    Q = _model_proposal_matrix(model_proposal, m)
-    if layer is not None:
-        far = np.abs(np.subtract.outer(np.arange(m), np.arange(m))) > 1
-        if np.any(Q[far] > 0):
-            raise ValueError(
-                "with mlp_layer, model_proposal may only propose neighbouring models (one hidden "
-                "unit more or fewer); use 'neighbour' or a tridiagonal matrix"
-            )
+    layer, hidden, model_proposal, Q = _check_moves(named, mlp_layer, unit_proposal, model_proposal)
     settings = dict(
         models=names, n_chains=int(n_chains), delta_1=delta_1, delta_end=delta_end,
         stage_length=int(stage_length), growth=growth, stability_tol=stability_tol,
@@ -640,67 +428,213 @@ def cmc(
         target_accept=target_accept, trajectory_length=trajectory_length,
         max_leapfrog=max_leapfrog, path_every=int(path_every), backend=backend,
     )
-    rng = np.random.default_rng(random_seed)
+    rng = as_generator(random_seed)
     start = time.perf_counter()
-    densities = []
-    for name in names:
-        try:
-            densities.append(get_density(named[name], backend=backend))
-        except (ValueError, TypeError) as err:
-            raise type(err)(f"model {name!r}: {err}") from err
+    densities = _compile(named, backend)
     compiled = time.perf_counter()
-
-    kernel_options = dict(target_accept=target_accept, trajectory_length=trajectory_length,
-                          max_leapfrog=max_leapfrog)
     with one_blas_thread():
-        pilots = [_pilot(rng, d, int(n_pilot), 8, 4, kernel_options) for d in densities]
-        proposals = [MultivariateT.fit(p.draws, nu=proposal_nu) for p in pilots]
-        if layer is None:
-            between = _IndependenceMove(proposals)
-        else:
-            between = _birth_death_move(densities, pilots, layer, unit_proposal, proposal_nu)
-        hmc = [(p.step_size, p.metric, trajectory_length / p.step_size, max_leapfrog)
-               for p in pilots]
+        pilots, proposals, between, hmc = _pilot_moves(rng, densities, layer, settings)
         piloted = time.perf_counter()
-
-        R = int(n_chains)
-        current = rng.integers(0, m, size=R)
-        states = []
-        for i, density in enumerate(densities):
-            rows = rng.integers(0, len(pilots[i].draws), size=R)
-            states.append(kernels.init(density, pilots[i].draws[rows]))
-        counts = _MoveCounts(np.zeros((m, m)), np.zeros((m, m)), np.zeros(m), np.zeros(m))
-        step = _make_step(densities, between, Q, hmc, counts)
-
-        per_stage_between = []
-        bar = _Progress(progressbar, len(delta_schedule(delta_1, delta_end)))
-
-        def callback(stage, delta, log_g):
-            per_stage_between.append((counts.proposed.copy(), counts.accepted.copy()))
-            bar.update(stage, delta, log_g)
-
-        core = cmc_core(
-            rng, step, _ChainState(current, states), m, R,
-            delta_1=delta_1, delta_end=delta_end, stage_length=int(stage_length), growth=growth,
-            stability_tol=stability_tol, path_every=int(path_every), callback=callback,
-        )
-    bar.close()
+        run = _run(rng, densities, pilots, between, hmc, Q, settings, progressbar)
     sampled = time.perf_counter()
 
-    # Estimates: average the normalised ĝ over replicas (Liang's Σ ĝ = const), SE from spread.
-    probs = np.exp(core.log_g)  # (R, m)
+    summary = _summarise(rng, run, densities, proposals, settings["anchor_draws"])
+    messages = _run_warnings(summary, run, layer, names)
+    timing = {"compile": compiled - start, "pilot": piloted - compiled, "sampling": sampled - piloted}
+    timing["total"] = time.perf_counter() - start
+    sample_stats = _path_stats(run.core)
+    return {
+        name: EvidenceResult(
+            method="cmc",
+            log_evidence=float(summary.log_evidence[i]),
+            se=float(summary.log_p_se[i]),
+            model_name=name,
+            diagnostics=_stage_diagnostics(run, i, layer),
+            posterior=_pilot_posterior(densities[i], pilots[i]),
+            sample_stats=dict(sample_stats),
+            estimates=_model_estimates(summary, run, i, hidden),
+            settings=settings,
+            timing=timing,
+            warnings=list(messages),
+        )
+        for i, name in enumerate(names)
+    }
+
+
+def _validate_cmc(n_chains, delta_1, delta_end, stage_length, growth, n_pilot, anchor_draws):
+    """Reject numerical options out of range, before anything is compiled."""
+    if int(n_chains) != n_chains or n_chains < 2:
+        raise ValueError(
+            f"n_chains must be an integer >= 2 (independent replicas give the standard error), "
+            f"got {n_chains!r}"
+        )
+    if not (isinstance(delta_1, (int, float)) and delta_1 > 0):
+        raise ValueError(f"delta_1 must be positive, got {delta_1!r}")
+    if not (isinstance(delta_end, (int, float)) and 0 < delta_end <= delta_1):
+        raise ValueError(f"delta_end must be in (0, delta_1={delta_1}], got {delta_end!r}")
+    if int(stage_length) != stage_length or stage_length < 10:
+        raise ValueError(f"stage_length must be an integer >= 10, got {stage_length!r}")
+    if not growth >= 1:
+        raise ValueError(f"growth must be at least 1, got {growth!r}")
+    if int(n_pilot) != n_pilot or n_pilot < 8:
+        raise ValueError(f"n_pilot must be an integer >= 8, got {n_pilot!r}")
+    if int(anchor_draws) != anchor_draws or anchor_draws < 0:
+        raise ValueError(f"anchor_draws must be a non-negative integer, got {anchor_draws!r}")
+
+
+def _check_moves(named: dict, mlp_layer, unit_proposal, model_proposal):
+    """Check the between-model moves asked for, before anything is compiled.
+
+    Returns the MLP layer and each model's hidden units (both None without ``mlp_layer``),
+    ``model_proposal`` with its default filled in, and Q.
+    """
+    layer, hidden = None, None
+    if mlp_layer is not None:
+        layer, hidden = check_nested(named, mlp_layer)
+        if unit_proposal not in UNIT_PROPOSALS:
+            raise ValueError(
+                f"unit_proposal must be one of {list(UNIT_PROPOSALS)}, got {unit_proposal!r}"
+            )
+    if model_proposal is None:
+        model_proposal = "uniform" if layer is None else "neighbour"
+    Q = _model_proposal_matrix(model_proposal, len(named))
+    if layer is not None:
+        index = np.arange(len(named))
+        far = np.abs(np.subtract.outer(index, index)) > 1
+        if np.any(Q[far] > 0):
+            raise ValueError(
+                "with mlp_layer, model_proposal may only propose neighbouring models (one hidden "
+                "unit more or fewer); use 'neighbour' or a tridiagonal matrix"
+            )
+    return layer, hidden, model_proposal, Q
+
+
+def _compile(named: dict, backend: str) -> list:
+    """Each model's density, in order; a failure names its model."""
+    densities = []
+    for name, model in named.items():
+        try:
+            densities.append(get_density(model, backend=backend))
+        except (ValueError, TypeError) as err:
+            raise type(err)(f"model {name!r}: {err}") from err
+    return densities
+
+
+def _pilot_moves(rng, densities, layer, settings: dict):
+    """Pilot-run every model, and fit the moves to its draws.
+
+    Returns the pilots, each model's independence proposal, the between-model move and each
+    model's HMC settings (step size, metric, mean leapfrog steps, their maximum).
+    """
+    kernel_options = {
+        k: settings[k] for k in ("target_accept", "trajectory_length", "max_leapfrog")
+    }
+    pilots = [_pilot(rng, d, settings["n_pilot"], 8, 4, kernel_options) for d in densities]
+    proposals = [MultivariateT.fit(p.draws, nu=settings["proposal_nu"]) for p in pilots]
+    if layer is None:
+        between = _IndependenceMove(proposals)
+    else:
+        between = _birth_death_move(
+            densities, pilots, layer, settings["unit_proposal"], settings["proposal_nu"]
+        )
+    hmc = [(p.step_size, p.metric, settings["trajectory_length"] / p.step_size,
+            settings["max_leapfrog"]) for p in pilots]
+    return pilots, proposals, between, hmc
+
+
+class _Run(NamedTuple):
+    """What a CMC run leaves for the estimates and diagnostics."""
+
+    core: CMCCoreResult
+    counts: _MoveCounts  # over the whole run
+    stage_proposed: np.ndarray  # (S, m, m) between-model proposals from i to j in each stage
+    stage_accepted: np.ndarray  # (S, m, m)
+
+
+def _run(rng, densities, pilots, between, hmc, Q, settings: dict, progressbar: bool) -> _Run:
+    """Start every replica in a random model at a random pilot draw, and run the core."""
+    m, R = len(densities), settings["n_chains"]
+    current = rng.integers(0, m, size=R)
+    states = []
+    for density, pilot in zip(densities, pilots):
+        rows = rng.integers(0, len(pilot.draws), size=R)
+        states.append(kernels.init(density, pilot.draws[rows]))
+    counts = _MoveCounts(np.zeros((m, m)), np.zeros((m, m)), np.zeros(m), np.zeros(m))
+    step = _make_step(densities, between, Q, hmc, counts)
+    proposed, accepted = [], []
+    bar = _Progress(progressbar, len(delta_schedule(settings["delta_1"], settings["delta_end"])))
+
+    def callback(stage, delta, log_g):
+        proposed.append(counts.proposed.copy())
+        accepted.append(counts.accepted.copy())
+        bar.update(stage, delta, log_g)
+
+    core = cmc_core(
+        rng, step, _ChainState(current, states), m, R,
+        delta_1=settings["delta_1"], delta_end=settings["delta_end"],
+        stage_length=settings["stage_length"], growth=settings["growth"],
+        stability_tol=settings["stability_tol"], path_every=settings["path_every"],
+        callback=callback,
+    )
+    bar.close()
+    # The counts accumulate over the run: differences between stages are each stage's own.
+    return _Run(core, counts, np.diff(proposed, axis=0, prepend=0),
+                np.diff(accepted, axis=0, prepend=0))
+
+
+class _Summary(NamedTuple):
+    """Every model's numbers from a run (arrays over the m models)."""
+
+    probability: np.ndarray  # p̂_i: the mean over replicas of ĝ_i / Σ_j ĝ_j
+    probability_se: np.ndarray
+    log_p: np.ndarray  # log p̂_i
+    log_p_se: np.ndarray  # its SE, from the spread between replicas
+    anchor: float  # log evidence = log p̂_i + anchor
+    anchor_se: float
+    is_log_z: np.ndarray  # importance-sampling log evidences (NaN without anchor draws)
+    is_se: np.ndarray
+    log_evidence: np.ndarray
+    frequency: np.ndarray  # (R, m) visiting frequencies in the last stage
+    between_acceptance: np.ndarray  # of the jumps out of each model
+    within_acceptance: np.ndarray  # mean HMC acceptance within each model
+
+
+def _summarise(rng, run: _Run, densities, proposals, anchor_draws: int) -> _Summary:
+    """Average the normalised ĝ over replicas (Liang's Σ ĝ = const), SE from their spread; the
+    importance-sampling anchor lifts log p̂ to log evidences."""
+    probs = np.exp(run.core.log_g)  # (R, m)
+    R = probs.shape[0]
     p_mean = probs.mean(axis=0)
     p_se = probs.std(axis=0, ddof=1) / np.sqrt(R)
     log_p = np.log(p_mean)
     log_p_se = p_se / p_mean
+    anchor, anchor_se, is_log_z, is_se = _anchor(
+        rng, densities, proposals, anchor_draws, log_p, log_p_se
+    )
+    last = run.core.counts[-1]
+    proposed, accepted = run.counts.proposed, run.counts.accepted
+    return _Summary(
+        p_mean, p_se, log_p, log_p_se, anchor, anchor_se, is_log_z, is_se,
+        log_evidence=log_p + anchor,
+        frequency=last / last.sum(axis=1, keepdims=True),
+        between_acceptance=accepted.sum(axis=1) / np.maximum(proposed.sum(axis=1), 1),
+        within_acceptance=run.counts.within_accept / np.maximum(run.counts.within_moves, 1),
+    )
 
+
+def _anchor(rng, densities, proposals, n: int, log_p, log_p_se):
+    """The level of the log evidences, which CMC's ratios leave open.
+
+    Importance sampling (n draws from each model's proposal) estimates every log Z_i; the
+    anchor is the inverse-variance weighted mean of log Ẑ_i − log p̂_i. Returns the anchor, its
+    SE, and each log Ẑ_i with its SE; without draws (n = 0) the anchor is 0 and the rest NaN.
+    """
+    m = len(densities)
     anchor, anchor_se = 0.0, np.nan
-    is_log_z = np.full(m, np.nan)
-    is_se = np.full(m, np.nan)
-    if anchor_draws:
+    is_log_z, is_se = np.full(m, np.nan), np.full(m, np.nan)
+    if n:
         for i, density in enumerate(densities):
-            is_log_z[i], rel_se = _importance_anchor(rng, density, proposals[i], int(anchor_draws))
-            is_se[i] = rel_se
+            is_log_z[i], is_se[i] = _importance_log_z(rng, density, proposals[i], n)
         offsets = is_log_z - log_p
         var = is_se**2 + log_p_se**2
         ok = np.isfinite(offsets) & np.isfinite(var) & (var > 0)
@@ -708,19 +642,35 @@ def cmc(
             weights = 1.0 / var[ok]
             anchor = float(np.sum(weights * offsets[ok]) / weights.sum())
             anchor_se = float(np.sqrt(1.0 / weights.sum()))
-    log_evidence = log_p + anchor
+    return anchor, anchor_se, is_log_z, is_se
 
+
+def _importance_log_z(rng, density, proposal, n):
+    """log Ẑ by importance sampling from the fitted proposal, and its delta-method SE."""
+    x = proposal.draw(rng, n)
+    values = density(x)
+    log_w = values.log_prior + values.log_likelihood - proposal.logpdf(x)
+    log_w = np.where(np.isnan(log_w), -np.inf, log_w)
+    log_z = float(logsumexp(log_w) - np.log(n))
+    relative = np.exp(log_w - log_z)
+    se = float(np.std(relative, ddof=1) / np.sqrt(n))
+    return log_z, se
+
+
+def _run_warnings(summary: _Summary, run: _Run, layer, names: list) -> list[str]:
+    """Warn (and list the warnings) when ĝ has not converged, when between-model moves are
+    rarely accepted, and when the importance-sampling check disagrees with CMC's ratios."""
     messages: list[str] = []
-    last = core.counts[-1]
-    frequency = last / last.sum(axis=1, keepdims=True)  # (R, m)
-    proposed, accepted = counts.proposed, counts.accepted
-    between_from = accepted.sum(axis=1) / np.maximum(proposed.sum(axis=1), 1)
-    within = counts.within_accept / np.maximum(counts.within_moves, 1)
-    total_between = accepted.sum() / max(proposed.sum(), 1)
-    if np.max(np.abs(frequency.mean(axis=0) * m - 1)) > 0.2:
+    m = len(names)
+    visits = summary.frequency.mean(axis=0)
+    # stacklevel 4: the warnings point at the caller of cmc, two frames up from here.
+    if np.max(np.abs(visits * m - 1)) > 0.2:
         warn(messages, f"visiting frequencies in the last stage are not flat "
-             f"({np.round(frequency.mean(axis=0), 3).tolist()} against {1 / m:.3f} each): ĝ has "
-             "not converged; lengthen the stages (stage_length, growth) or lower delta_end.")
+             f"({np.round(visits, 3).tolist()} against {1 / m:.3f} each): ĝ has "
+             "not converged; lengthen the stages (stage_length, growth) or lower delta_end.",
+             stacklevel=4)
+    proposed, accepted = run.counts.proposed, run.counts.accepted
+    total_between = accepted.sum() / max(proposed.sum(), 1)
     if total_between < 0.02:
         reason = (
             "the independence proposals fit the posteriors badly (multimodal or heavy-tailed "
@@ -728,82 +678,64 @@ def cmc(
             "new units drawn from q(u) rarely fit (try another unit_proposal)"
         )
         warn(messages, f"only {100 * total_between:.2f} % of between-model moves were accepted: "
-             f"{reason}, so ĝ converges slowly.")
-    if anchor_draws and np.isfinite(anchor_se):
-        resid = is_log_z - log_evidence
-        tol = 4 * np.sqrt(is_se**2 + log_p_se**2 + anchor_se**2) + 0.05
-        bad = np.isfinite(resid) & (np.abs(resid) > tol) & (p_mean > 1e-3)
+             f"{reason}, so ĝ converges slowly.", stacklevel=4)
+    if np.isfinite(summary.anchor_se):  # there was an anchor to check against
+        resid = summary.is_log_z - summary.log_evidence
+        tol = 4 * np.sqrt(summary.is_se**2 + summary.log_p_se**2 + summary.anchor_se**2) + 0.05
+        bad = np.isfinite(resid) & (np.abs(resid) > tol) & (summary.probability > 1e-3)
         if bad.any():
             warn(messages, "the importance-sampling check disagrees with CMC's evidence ratios "
                  f"for {[names[i] for i in np.flatnonzero(bad)]}: a proposal misses part of "
-                 "its posterior, or ĝ has not converged.")
+                 "its posterior, or ĝ has not converged.", stacklevel=4)
+    return messages
 
-    stage_rows = []
-    prev_p, prev_a = np.zeros((m, m)), np.zeros((m, m))
-    for s in range(len(core.deltas)):
-        p_s, a_s = per_stage_between[s]
-        stage_rows.append((p_s - prev_p, a_s - prev_a))
-        prev_p, prev_a = p_s, a_s
-    timing = {"compile": compiled - start, "pilot": piloted - compiled, "sampling": sampled - piloted}
-    timing["total"] = time.perf_counter() - start
-    sample_stats = {
-        "model_index": core.path.T.copy(),
-        "iteration": np.broadcast_to(core.path_iteration, (R, core.path_iteration.size)).copy(),
-        "stage": np.broadcast_to(core.path_stage, (R, core.path_stage.size)).copy(),
-    }
-    results = {}
-    for i, name in enumerate(names):
-        stage_log_g = core.log_g_stages[:, :, i]  # (S, R)
-        stage_p = np.exp(stage_log_g)
-        rows = []
-        for s, delta in enumerate(core.deltas):
-            p_s, a_s = stage_rows[s]
-            rows.append({
-                "delta": float(delta),
-                "iterations": int(core.stage_iterations[s]),
-                "stability": float(core.stability[s]),
-                "log_g": float(np.log(stage_p[s].mean())),
-                "log_g_se": float(stage_p[s].std(ddof=1) / np.sqrt(R) / stage_p[s].mean()),
-                "frequency": float(np.mean(core.counts[s, :, i] / core.counts[s].sum(axis=1))),
-                "between_acceptance": float(a_s[i].sum() / max(p_s[i].sum(), 1)),
-            })
-            if layer is not None:
-                rows[-1]["birth_acceptance"] = _rate(a_s, p_s, i, i + 1)
-                rows[-1]["death_acceptance"] = _rate(a_s, p_s, i, i - 1)
-        diagnostics = pd.DataFrame(rows)
-        diagnostics.index.name = "stage"
-        estimates = {
-            "probability": float(p_mean[i]), "probability_se": float(p_se[i]),
-            "log_g": float(log_p[i]), "frequency": float(frequency[:, i].mean()),
-            "between_acceptance": float(between_from[i]),
-            "within_acceptance": float(within[i]),
-            "anchor": anchor, "anchor_se": anchor_se,
-            "is_log_evidence": float(is_log_z[i]), "is_se": float(is_se[i]),
-            "n_iterations": int(core.stage_iterations.sum()),
+
+def _stage_diagnostics(run: _Run, i: int, layer) -> pd.DataFrame:
+    """Model i's row per stage: δ, iterations, S_k, log ĝ and its SE, visiting frequency, and
+    the acceptance of the jumps out of it (with ``layer``: births and deaths apart)."""
+    core = run.core
+    R = core.log_g.shape[0]
+    stage_p = np.exp(core.log_g_stages[:, :, i])  # (S, R)
+    rows = []
+    for s, delta in enumerate(core.deltas):
+        p_s, a_s = run.stage_proposed[s], run.stage_accepted[s]
+        row = {
+            "delta": float(delta),
+            "iterations": int(core.stage_iterations[s]),
+            "stability": float(core.stability[s]),
+            "log_g": float(np.log(stage_p[s].mean())),
+            "log_g_se": float(stage_p[s].std(ddof=1) / np.sqrt(R) / stage_p[s].mean()),
+            "frequency": float(np.mean(core.counts[s, :, i] / core.counts[s].sum(axis=1))),
+            "between_acceptance": float(a_s[i].sum() / max(p_s[i].sum(), 1)),
         }
         if layer is not None:
-            estimates["hidden_units"] = int(hidden[i])
-            estimates["birth_acceptance"] = _rate(accepted, proposed, i, i + 1)
-            estimates["death_acceptance"] = _rate(accepted, proposed, i, i - 1)
-        pilot = pilots[i]
-        constrained = densities[i].to_constrained(pilot.draws)
-        posterior = {
-            k: v.reshape(-1, pilot.chains, *v.shape[1:]).swapaxes(0, 1) for k, v in constrained.items()
-        }
-        results[name] = EvidenceResult(
-            method="cmc",
-            log_evidence=float(log_evidence[i]),
-            se=float(log_p_se[i]),
-            model_name=name,
-            diagnostics=diagnostics,
-            posterior=posterior,
-            sample_stats=dict(sample_stats),
-            estimates=estimates,
-            settings=settings,
-            timing=timing,
-            warnings=list(messages),
-        )
-    return results
+            row["birth_acceptance"] = _rate(a_s, p_s, i, i + 1)
+            row["death_acceptance"] = _rate(a_s, p_s, i, i - 1)
+        rows.append(row)
+    diagnostics = pd.DataFrame(rows)
+    diagnostics.index.name = "stage"
+    return diagnostics
+
+
+def _model_estimates(summary: _Summary, run: _Run, i: int, hidden) -> dict:
+    """Model i's ``estimates``; with birth/death moves (``hidden`` given) also its hidden units
+    and the acceptance of its births and deaths."""
+    estimates = {
+        "probability": float(summary.probability[i]),
+        "probability_se": float(summary.probability_se[i]),
+        "log_g": float(summary.log_p[i]), "frequency": float(summary.frequency[:, i].mean()),
+        "between_acceptance": float(summary.between_acceptance[i]),
+        "within_acceptance": float(summary.within_acceptance[i]),
+        "anchor": summary.anchor, "anchor_se": summary.anchor_se,
+        "is_log_evidence": float(summary.is_log_z[i]), "is_se": float(summary.is_se[i]),
+        "n_iterations": int(run.core.stage_iterations.sum()),
+    }
+    if hidden is not None:
+        accepted, proposed = run.counts.accepted, run.counts.proposed
+        estimates["hidden_units"] = int(hidden[i])
+        estimates["birth_acceptance"] = _rate(accepted, proposed, i, i + 1)
+        estimates["death_acceptance"] = _rate(accepted, proposed, i, i - 1)
+    return estimates
 
 
 def _rate(accepted, proposed, i, j) -> float:
@@ -813,35 +745,29 @@ def _rate(accepted, proposed, i, j) -> float:
     return float(accepted[i, j] / proposed[i, j])
 
 
-#: q(u) of a birth: ``cmc(..., unit_proposal=...)``.
-UNIT_PROPOSALS = ("pilot", "normal", "liang")
+def _pilot_posterior(density, pilot: _Pilot) -> dict:
+    """The pilot's draws in the model's own variables, shaped (chain, draw, …)."""
+    constrained = density.to_constrained(pilot.draws)
+    return {
+        k: v.reshape(-1, pilot.chains, *v.shape[1:]).swapaxes(0, 1) for k, v in constrained.items()
+    }
 
 
-def _birth_death_move(densities, pilots, layer, unit_proposal, proposal_nu) -> BirthDeath:
-    """Liang's birth/death move (§2.3) for the densities of MLPs with h, h + 1, … units."""
-    unit_names = {layer.weights, layer.bias, layer.output}
-    shared_names = [n for n in densities[0].names if n not in unit_names]
-    layouts = [unit_layout(d, layer, shared_names) for d in densities]
-    unit_proposals = []
-    for i in range(len(densities) - 1):
-        if unit_proposal == "normal":
-            unit_proposals.append(StandardNormalUnits())
-        elif unit_proposal == "liang":
-            unit_proposals.append(LiangUnits())
-        else:
-            # Units of the larger model's posterior: what a unit that "fits" looks like.
-            units = pooled_units(layouts[i + 1], layer, pilots[i + 1].draws)
-            unit_proposals.append(FixedUnits(MultivariateT.fit(units, nu=proposal_nu)))
-    return BirthDeath(layouts, unit_proposals)
+def _path_stats(core: CMCCoreResult) -> dict:
+    """The model transition path, shared by every model's result: (replica, record) arrays."""
+    R = core.path.shape[1]
+    return {
+        "model_index": core.path.T.copy(),
+        "iteration": np.broadcast_to(core.path_iteration, (R, core.path_iteration.size)).copy(),
+        "stage": np.broadcast_to(core.path_stage, (R, core.path_stage.size)).copy(),
+    }
 
 
 class _Progress:
-    def __init__(self, enabled: bool, n_stages: int):
-        self.bar = None
-        if enabled:
-            from tqdm.auto import tqdm
+    """One bar step per stage, showing δ and the current p̂; nothing when disabled."""
 
-            self.bar = tqdm(total=n_stages, desc="CMC stages")
+    def __init__(self, enabled: bool, n_stages: int):
+        self.bar = progress_bar(enabled, total=n_stages, desc="CMC stages")
 
     def update(self, stage, delta, log_g):
         if self.bar is not None:

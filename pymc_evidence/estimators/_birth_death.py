@@ -14,7 +14,7 @@ ratio of a birth is (the slot probabilities 1/(h+1) cancel)
     = \\frac{q_{i+1,i}}{q_{i,i+1}}\\,\\frac{1}{q(u)}
     \\qquad \\text{(Liang 2005, §2.3; its 1/(i+1) is our uniform slot choice)}
 
-and its inverse for a death. ĝ and the targets enter through eq. 2.2 in :mod:`~pymc_evidence.cmc`.
+and its inverse for a death. ĝ and the targets enter through eq. 2.2 in :mod:`.cmc`.
 """
 
 from __future__ import annotations
