@@ -58,7 +58,7 @@ def run(dim: int, metric: str, moves: str, seeds: int) -> dict:
                 mass_matrix=metric, random_seed=seed, progressbar=False, cores=1, **MOVES[moves],
             )
         errors.append(result.log_evidence - exact)
-        sigmas.append(result.estimates["group_log_sd"])
+        sigmas.append(result.group_log_sd)
         n_transitions.append(result.diagnostics["n_transitions"].mean())
     errors, sigma2 = np.array(errors), float(np.mean(np.square(sigmas)))
     return {

@@ -52,7 +52,7 @@ def run(h: int, n_particles: int) -> dict:
         )
     return {
         "h": h, "n_particles": n_particles, "log_z": result.log_evidence, "se": result.se,
-        "sigma": result.estimates["group_log_sd"], "n_stages": result.estimates["n_stages"],
+        "sigma": result.group_log_sd, "n_stages": result.n_stages,
         "seconds": time.perf_counter() - start,
     }
 

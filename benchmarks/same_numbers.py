@@ -25,6 +25,7 @@ import pandas as pd
 
 import pymc_evidence as pm_evidence
 from pymc_evidence import testing
+from pymc_evidence.results import _RENAMED
 from pymc_evidence.symmetry import MLPLayer
 
 
@@ -43,11 +44,16 @@ def _number(value) -> str:
 
 
 def estimates_of(result) -> dict:
-    """The estimates beside the main one, as ``{name: value}`` whatever the result's type."""
-    extra = getattr(result, "estimates", None)
-    if callable(extra):
-        extra = extra()
-    return dict(extra or {})
+    """The estimates beside the main one under the names of the saved fingerprints (those of
+    files written before results were typed): hyperparameters flattened, fields renamed back."""
+    old_name = {new: old for old, new in _RENAMED.items()}
+    out = {}
+    for name, value in result.estimates.items():
+        if isinstance(value, dict):
+            out.update(value)
+        else:
+            out[old_name.get(name, name)] = value
+    return out
 
 
 def fingerprint(result) -> dict:
@@ -133,8 +139,10 @@ def differences(old, new, path="") -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for key in sorted(set(old) | set(new)):
-            if key not in new or key not in old:
-                out.append(f"{path}/{key}: only in {'saved' if key in old else 'new'}")
+            if key not in new:
+                out.append(f"{path}/{key}: only in saved")
+            elif key not in old:  # a field added since (e.g. an unused optional one) is no change
+                continue
             else:
                 out.extend(differences(old[key], new[key], f"{path}/{key}"))
         return out

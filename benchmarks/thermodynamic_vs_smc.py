@@ -246,14 +246,13 @@ def run_thermodynamic(model, seed, **options) -> dict:
     with warnings.catch_warnings(record=True):  # kept in result.warnings; not printed
         warnings.simplefilter("always", pm_evidence.EvidenceWarning)
         result = pm_evidence.thermodynamic(model, random_seed=seed, progressbar=False, **options)
-    est = result.estimates
     return {
         "log_z": float(result.log_evidence),
         "se": float(result.se),
-        "ti": float(est.get("ti", math.nan)),
-        "ti_se": float(est.get("ti_se", math.nan)),
-        "n_stages": est.get("n_stages", ""),
-        "n_groups": est.get("n_groups", ""),
+        "ti": result.ti_log_evidence,
+        "ti_se": result.ti_se,
+        "n_stages": result.n_stages,
+        "n_groups": result.n_groups,
         "compile_s": float(result.timing.get("compile", math.nan)),
         "n_warnings": len(result.warnings),
         "warnings": " | ".join(str(w) for w in result.warnings)[:300],

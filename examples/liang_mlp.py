@@ -89,12 +89,11 @@ def table3(seed: int, quick: bool) -> tuple[pd.DataFrame, dict]:
     results = _run_cmc(models, seed, settings["cmc"])
     cmc_time = time.perf_counter() - start
     for name, res in results.items():
-        est = res.estimates
         rows.append(dict(
-            model=name, method="cmc", probability=est["probability"],
-            probability_se=est["probability_se"], log_evidence=np.nan, se=np.nan,
-            frequency=est["frequency"], birth_acceptance=est["birth_acceptance"],
-            death_acceptance=est["death_acceptance"], seconds=cmc_time / len(models),
+            model=name, method="cmc", probability=res.probability,
+            probability_se=res.probability_se, log_evidence=np.nan, se=np.nan,
+            frequency=res.frequency, birth_acceptance=res.birth_acceptance,
+            death_acceptance=res.death_acceptance, seconds=cmc_time / len(models),
         ))
     for method in ("thermodynamic", "laplace"):
         log_z, se, seconds = {}, {}, {}
@@ -135,8 +134,8 @@ def table4(seed: int, quick: bool, datasets: int | None = None, sizes=None,
             results = _run_cmc(_models(x, y), data_seed, TABLE4_CMC)
             for name, res in results.items():
                 rows.append(dict(n=n, data_set=data_set, model=name,
-                                 probability=res.estimates["probability"],
-                                 probability_se=res.estimates["probability_se"]))
+                                 probability=res.probability,
+                                 probability_se=res.probability_se))
         if path is not None:
             _summarise(pd.DataFrame(rows)).to_csv(path, index=False)
     return _summarise(pd.DataFrame(rows))

@@ -154,7 +154,7 @@ def run_laplace(h: int, posterior: dict, restarts: int, seed: int, x_test, y_tes
         "log_z_laplace": result.log_evidence,
         "laplace_modes": int(included.sum()),
         "laplace_optima": len(starts),
-        "log_symmetry": result.estimates["log_symmetry"],
+        "log_symmetry": result.log_symmetry,
         # rows are best first; a mode left out of the sum has no evidence to rank it by
         "test_error_laplace_map": errors[0] if included[0] else np.nan,
         "test_error_laplace_optima_mean": float(np.mean(errors[included]))
@@ -188,10 +188,10 @@ def run_h(h: int, args, thermo_options: dict, x_test, y_test, checkpoint: Path) 
         "dim": pm_evidence.get_density(model).dim,
         "log_z_thermodynamic": result.log_evidence,
         "se_thermodynamic": result.se,
-        "ti": result.estimates["ti"],
-        "ti_se": result.estimates["ti_se"],
-        "n_stages": int(result.estimates["n_stages"]),
-        "n_groups": int(result.estimates["n_groups"]),
+        "ti": result.ti_log_evidence,
+        "ti_se": result.ti_se,
+        "n_stages": int(result.n_stages),
+        "n_groups": int(result.n_groups),
         **laplace_row,
         "test_error_thermodynamic": test_error(prediction, y_test),
         "test_error_floor": test_error(arm(x_test), y_test),

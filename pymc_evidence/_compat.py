@@ -7,6 +7,7 @@ Python 3.12+: PyMC 6 / PyTensor 3 / ArviZ 1.x (``xarray.DataTree``).
 from __future__ import annotations
 
 import arviz as az
+import numpy as np
 import pymc as pm
 import pytensor
 from pytensor.compile.mode import Mode, get_mode
@@ -49,11 +50,51 @@ def arviz_from_groups(groups: dict):
     return az.InferenceData(**groups)
 
 
+def is_arviz_data(data) -> bool:
+    """True for ArviZ's data object of either stack: ``InferenceData`` or ``xarray.DataTree``."""
+    if _is_datatree(data):
+        return True
+    # ArviZ 1.x warns on any use of az.InferenceData, which it no longer has
+    return ARVIZ_MAJOR < 1 and isinstance(data, az.InferenceData)
+
+
+def _is_datatree(data) -> bool:
+    return hasattr(data, "children") and hasattr(data, "to_dataset")
+
+
 def arviz_groups(data) -> dict:
-    """The inverse of :func:`arviz_from_groups`: ``{group: xarray.Dataset}``."""
-    if ARVIZ_MAJOR >= 1:
+    """The inverse of :func:`arviz_from_groups`: ``{group: xarray.Dataset}`` of an
+    ``InferenceData`` or a ``DataTree`` (whichever ArviZ produced it)."""
+    if _is_datatree(data):
         return {name: node.to_dataset() for name, node in data.children.items()}
     return {name: data[name] for name in data.groups()}
+
+
+def own_dataset(data):
+    """The variables a ``DataTree`` node holds itself (e.g. ``idata.posterior`` under ArviZ
+    1.x, which is a node, not a Dataset), or None for anything else or an empty node."""
+    if _is_datatree(data) and data.data_vars:
+        return data.to_dataset()
+    return None
+
+
+def ess(values, method: str = "bulk") -> float:
+    """ArviZ's effective sample size of a (chain, draw) array; NaN where it is undefined
+    (constant or too short arrays)."""
+    try:
+        return float(az.ess(np.asarray(values, dtype=float), method=method))
+    except Exception:
+        return np.nan
+
+
+def rhat(values) -> float:
+    """ArviZ's rank-normalised R-hat of a (chain, draw) array; NaN where it is undefined."""
+    if np.shape(values)[0] < 2:
+        return np.nan
+    try:
+        return float(az.rhat(np.asarray(values, dtype=float)))
+    except Exception:
+        return np.nan
 
 
 def to_netcdf(data, path) -> None:

@@ -321,9 +321,7 @@ def compare(
             _run_on_executor(
                 runner, estimator, named, remote_jobs, todo, store, results, progressbar
             )
-    results = {name: results[name] for name in names}
-    for name, result in results.items():
-        result.model_name = name
+    results = {name: results[name].renamed(name) for name in names}
     return _table(results, log_prior, method)
 
 

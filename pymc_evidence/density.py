@@ -25,7 +25,7 @@ from pymc.pytensorf import find_rng_nodes, join_nonshared_inputs, reseed_rngs
 from pytensor.gradient import jacobian
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
-from pytensor.graph.replace import vectorize_graph
+from pytensor.graph.replace import clone_replace, vectorize_graph
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
@@ -214,15 +214,13 @@ class ModelDensity:
         self._compile_prior_draws()
         self._compile_density()
         self._constrained_fn = None
+        self._unconstrained_fn = None
         self._hessian_fn = None
 
     # ----------------------------------------------------------------- compilation
     def _compile_prior_draws(self):
         model = self.model
-        outputs = []
-        for rv in model.free_RVs:
-            transform = model.rvs_to_transforms.get(rv)
-            outputs.append(transform.forward(rv, *rv.owner.inputs) if transform else rv)
+        outputs = _unconstrained(model)
         self._draw_rngs = find_rng_nodes(outputs)
         self._draw_fn = compile_pymc([], outputs, random_seed=0, mode=self.mode)
         try:
@@ -315,6 +313,40 @@ class ModelDensity:
             self._constrained_names = [v.name for v in model.free_RVs + model.deterministics]
         values = self._constrained_fn(np.atleast_2d(np.asarray(X, dtype=self._X.dtype)))
         return dict(zip(self._constrained_names, (np.asarray(v) for v in values)))
+
+    def from_constrained(self, draws: dict) -> np.ndarray:
+        """Named constrained draws ``{free variable name: (K, *shape)}`` → flat unconstrained
+        points (K×d): the inverse of :meth:`to_constrained` (e.g. for ``pm.sample``'s draws).
+
+        Each draw's own parent values enter its transform, so parent-dependent transforms are
+        exact. Raises ``KeyError`` naming a missing variable; shapes that do not fit the model
+        raise from the compiled function.
+        """
+        model = self.model
+        if self._unconstrained_fn is None:
+            holders = [rv.type() for rv in model.free_RVs]
+            outputs = clone_replace(_unconstrained(model), replace=dict(zip(model.free_RVs, holders)))
+            batched = [pt.tensor(dtype=h.type.dtype, shape=(None, *h.type.shape)) for h in holders]
+            outputs = vectorize_graph(outputs, replace=dict(zip(holders, batched)))
+            self._unconstrained_fn = compile_pymc(batched, outputs, mode=self.mode)
+        arrays = [np.asarray(draws[name], dtype=rv.type.dtype)
+                  for name, rv in zip(self.free_names, model.free_RVs)]
+        outputs = self._unconstrained_fn(*arrays)
+        return np.concatenate(
+            [np.asarray(o, dtype=float).reshape(len(arrays[0]), -1) for o in outputs], axis=1
+        )
+
+
+def _unconstrained(model) -> list:
+    """Each free variable mapped to its value variable's space:
+    ``transform.forward(rv, *rv.owner.inputs)`` (the variable itself when untransformed), so a
+    parent-dependent transform (e.g. bounds that depend on another variable) uses the parents
+    that go with the variable."""
+    outputs = []
+    for rv in model.free_RVs:
+        transform = model.rvs_to_transforms.get(rv)
+        outputs.append(transform.forward(rv, *rv.owner.inputs) if transform else rv)
+    return outputs
 
 
 def _leading_dim(model, rv) -> int:

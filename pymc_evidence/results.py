@@ -1,10 +1,13 @@
-"""The one result type every estimator returns, and its ArviZ/netCDF form."""
+"""The result types the estimators return (one per method, on one frozen base), and their
+ArviZ/netCDF form."""
 
 from __future__ import annotations
 
+import copy
 import json
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -12,7 +15,10 @@ import xarray as xr
 
 from pymc_evidence import _compat
 
-__all__ = ["EvidenceResult", "EvidenceWarning", "load_result"]
+__all__ = [
+    "EvidenceResult", "ThermodynamicResult", "LaplaceResult", "BICResult", "BridgeResult",
+    "CMCResult", "EvidenceWarning", "load_result",
+]
 
 
 class EvidenceWarning(UserWarning):
@@ -25,14 +31,16 @@ def warn(messages: list[str], text: str, stacklevel: int = 3) -> None:
     warnings.warn(text, EvidenceWarning, stacklevel=stacklevel)
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvidenceResult:
-    """A log-evidence estimate with its standard error and diagnostics.
+    """A log-evidence estimate with its standard error and diagnostics: the fields every
+    estimator fills. Each estimator returns its own subclass, whose extra fields name what it
+    computed on the way (e.g. :attr:`ThermodynamicResult.ti_log_evidence`).
 
     Attributes
     ----------
     method : str
-        Estimator name, e.g. ``"thermodynamic"``, ``"laplace"``, ``"bic"``.
+        Estimator name (a class attribute), e.g. ``"thermodynamic"``, ``"laplace"``, ``"bic"``.
     log_evidence : float
         Estimate of ``log p(D | M)`` in nats.
     se : float
@@ -47,14 +55,11 @@ class EvidenceResult:
         leading dimensions ``(chain, draw)``.
     sample_stats : dict of str to ndarray, optional
         Per-draw statistics with leading dimensions ``(chain, draw)`` (e.g. ``log_likelihood``).
-    estimates : dict of str to float
-        Other estimates computed on the way (e.g. the thermodynamic-integration estimate and its
-        SE beside the stepping-stone one).
     settings : dict
-        The options the estimator ran with (JSON-serialisable).
+        The options the estimator ran with (JSON-serialisable); each result has its own copy.
     timing : dict
         Seconds spent per phase (e.g. ``compile``, ``sampling``, ``total``).
-    warnings : list of str
+    warnings : tuple of str
         Every soft problem found; each was also emitted as an :class:`EvidenceWarning`.
     trace : pandas.DataFrame, optional
         Long-format per-transition records of a few tracked chains (columns ``stage``,
@@ -66,19 +71,35 @@ class EvidenceResult:
         ``diagnostics``' rows (e.g. for predictions at the MAP).
     """
 
-    method: str
+    method: ClassVar[str] = "evidence"
+
     log_evidence: float
     se: float
     model_name: str = ""
     diagnostics: pd.DataFrame = field(default_factory=pd.DataFrame)
     posterior: dict | None = None
     sample_stats: dict | None = None
-    estimates: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
     timing: dict = field(default_factory=dict)
-    warnings: list = field(default_factory=list)
+    warnings: tuple = ()
     trace: pd.DataFrame | None = None
     modes: dict | None = None
+
+    def __post_init__(self):
+        # a result owns its settings and warnings: no list or dict shared with another result
+        object.__setattr__(self, "warnings", tuple(self.warnings))
+        object.__setattr__(self, "settings", copy.deepcopy(dict(self.settings)))
+        object.__setattr__(self, "timing", dict(self.timing))
+
+    @property
+    def estimates(self) -> dict:
+        """The method's own fields (those beyond :class:`EvidenceResult`'s), by name."""
+        own = [f.name for f in fields(self) if f.name not in _BASE_FIELDS]
+        return {name: getattr(self, name) for name in own}
+
+    def renamed(self, model_name: str) -> "EvidenceResult":
+        """The same result for a model called ``model_name``."""
+        return replace(self, model_name=model_name)
 
     @property
     def warning(self) -> bool:
@@ -87,11 +108,12 @@ class EvidenceResult:
 
     def summary(self) -> str:
         lines = [
-            f"EvidenceResult({self.method}) for model {self.model_name or '(unnamed)'}",
+            f"{type(self).__name__} for model {self.model_name or '(unnamed)'}",
             f"  log evidence = {self.log_evidence:.4f} ± {self.se:.4f} (SE)",
         ]
         for name, value in self.estimates.items():
-            lines.append(f"  {name} = {value:.4f}")
+            shown = f"{value:.4f}" if isinstance(value, float) else f"{value}"
+            lines.append(f"  {name} = {shown}")
         if "total" in self.timing:
             lines.append(f"  time: {self.timing['total']:.1f} s")
         lines += [f"  warning: {w}" for w in self.warnings]
@@ -138,7 +160,7 @@ class EvidenceResult:
             "estimates": json.dumps(self.estimates),
             "settings": json.dumps(self.settings, default=str),
             "timing": json.dumps(self.timing),
-            "warnings": json.dumps(self.warnings),
+            "warnings": json.dumps(list(self.warnings)),
         }
         return xr.Dataset(data_vars, coords={dim: np.arange(len(frame))}, attrs=attrs)
 
@@ -148,7 +170,8 @@ class EvidenceResult:
 
     @classmethod
     def from_arviz(cls, data) -> "EvidenceResult":
-        """Rebuild a result from :meth:`to_arviz`'s output."""
+        """Rebuild a result, of the type its method returns, from :meth:`to_arviz`'s output
+        (also from files written before results were typed)."""
         groups = _compat.arviz_groups(data)
         evidence = groups["evidence"]
         attrs = evidence.attrs
@@ -161,21 +184,187 @@ class EvidenceResult:
                 return None
             return {name: groups[group][name].values for name in groups[group].data_vars}
 
-        return cls(
-            method=attrs["method"],
+        result_type = RESULT_TYPES.get(attrs["method"], EvidenceResult)
+        return result_type(
             log_evidence=float(attrs["log_evidence"]),
             se=float(attrs["se"]),
             model_name=attrs.get("model_name", ""),
             diagnostics=diagnostics,
             posterior=draws("posterior"),
             sample_stats=draws("sample_stats"),
-            estimates=json.loads(attrs["estimates"]),
             settings=json.loads(attrs["settings"]),
             timing=json.loads(attrs["timing"]),
             warnings=json.loads(attrs["warnings"]),
             trace=groups["trace"].to_dataframe().reset_index(drop=True) if "trace" in groups else None,
             modes=draws("modes"),
+            **result_type._own_fields(json.loads(attrs["estimates"])),
         )
+
+    @classmethod
+    def _own_fields(cls, estimates: dict) -> dict:
+        """The stored estimates as this type's fields; files written before results were typed
+        used the names of :data:`_RENAMED`."""
+        types = {f.name: f.type for f in fields(cls) if f.name not in _BASE_FIELDS}
+        renamed = {_RENAMED.get(k, k): v for k, v in estimates.items()}
+        return {k: int(v) if types[k] in ("int", "int | None") and v is not None else v
+                for k, v in renamed.items() if k in types}
+
+
+@dataclass(frozen=True, repr=False)  # keeps the summary as repr
+class ThermodynamicResult(EvidenceResult):
+    """:func:`~pymc_evidence.thermodynamic`'s result: stepping-stone in ``log_evidence``.
+
+    Attributes
+    ----------
+    ti_log_evidence, ti_se : float
+        The thermodynamic-integration estimate of the same quantity and its SE (a cross-check).
+    se_within, se_between : float
+        The two parts of the SE: propagated from the stages' weights within groups, and from the
+        spread between independent groups (``se`` is the larger).
+    group_log_sd : float
+        Standard deviation of the groups' log evidences.
+    n_stages, n_groups : int
+        Rungs of the ladder after λ = 0; independent groups over all rounds.
+    """
+
+    method: ClassVar[str] = "thermodynamic"
+
+    ti_log_evidence: float = np.nan
+    ti_se: float = np.nan
+    se_within: float = np.nan
+    se_between: float = np.nan
+    group_log_sd: float = np.nan
+    n_stages: int = 0
+    n_groups: int = 0
+
+
+@dataclass(frozen=True, repr=False)  # keeps the summary as repr
+class LaplaceResult(EvidenceResult):
+    """:func:`~pymc_evidence.laplace`'s result.
+
+    Attributes
+    ----------
+    log_evidence_top_mode : float
+        The best mode's contribution alone.
+    log_symmetry : float
+        Log of the number of symmetry-equivalent modes added (``log(2^h h!)`` per MLP layer).
+    n_modes, n_optimisations : int
+        Distinct modes found; optimisations run.
+    hyperparameters : dict
+        MacKay's framework: ``alpha_<group>``, ``gamma_<group>`` and ``beta`` at the best mode.
+    """
+
+    method: ClassVar[str] = "laplace"
+
+    log_evidence_top_mode: float = np.nan
+    log_symmetry: float = 0.0
+    n_modes: int = 0
+    n_optimisations: int = 0
+    hyperparameters: dict = field(default_factory=dict)
+
+    @classmethod
+    def _own_fields(cls, estimates: dict) -> dict:
+        hyper = {k: v for k, v in estimates.items() if k.startswith(("alpha_", "beta", "gamma_"))}
+        own = super()._own_fields({k: v for k, v in estimates.items() if k not in hyper})
+        return {"hyperparameters": hyper, **own}
+
+
+@dataclass(frozen=True, repr=False)  # keeps the summary as repr
+class BICResult(EvidenceResult):
+    """:func:`~pymc_evidence.bic`'s result: ``log_evidence`` = −BIC / 2.
+
+    Attributes
+    ----------
+    log_likelihood : float
+        log p(D | θ̂).
+    bic : float
+        k log n − 2 log p(D | θ̂).
+    k, n : int
+        Parameters and i.i.d. cases.
+    """
+
+    method: ClassVar[str] = "bic"
+
+    log_likelihood: float = np.nan
+    bic: float = np.nan
+    k: int = 0
+    n: int = 0
+
+
+@dataclass(frozen=True, repr=False)  # keeps the summary as repr
+class BridgeResult(EvidenceResult):
+    """:func:`~pymc_evidence.bridge`'s result.
+
+    Attributes
+    ----------
+    re2 : float
+        Relative mean-squared error of the evidence estimate (Frühwirth-Schnatter 2004).
+    cv : float
+        Its square root, the coefficient of variation (≈ ``se``).
+    log_evidence_first_iteration : float
+        The bridge estimate after one iteration.
+    """
+
+    method: ClassVar[str] = "bridge"
+
+    re2: float = np.nan
+    cv: float = np.nan
+    log_evidence_first_iteration: float = np.nan
+
+
+@dataclass(frozen=True, repr=False)  # keeps the summary as repr
+class CMCResult(EvidenceResult):
+    """One model's result of :func:`~pymc_evidence.cmc` (a joint run over a list of models).
+
+    Attributes
+    ----------
+    probability, probability_se : float
+        The model's posterior probability under a uniform model prior, and its SE.
+    log_g : float
+        The learnt log weight ĝ of the model's region.
+    frequency : float
+        Share of the joint run's iterations spent in this model.
+    between_acceptance, within_acceptance : float
+        Acceptance of the moves into other models, and of the HMC moves within this one.
+    anchor, anchor_se : float
+        The offset that lifts log p̂_i to log evidences (the inverse-variance weighted mean over
+        models of importance-sampling log Ẑ_i − log p̂_i; 0 without anchor draws), and its SE.
+    importance_log_evidence, importance_se : float
+        This model's own importance-sampling evidence from its pilot, and its SE.
+    n_iterations : int
+        Iterations of the joint run.
+    hidden_units : int, optional
+        With birth/death moves: the model's hidden units; ``birth_acceptance`` and
+        ``death_acceptance`` the acceptance of the moves to one more and one fewer.
+    """
+
+    method: ClassVar[str] = "cmc"
+
+    probability: float = np.nan
+    probability_se: float = np.nan
+    log_g: float = np.nan
+    frequency: float = np.nan
+    between_acceptance: float = np.nan
+    within_acceptance: float = np.nan
+    anchor: float = 0.0
+    anchor_se: float = np.nan
+    importance_log_evidence: float = np.nan
+    importance_se: float = np.nan
+    n_iterations: int = 0
+    hidden_units: int | None = None
+    birth_acceptance: float = np.nan
+    death_acceptance: float = np.nan
+
+
+#: The result type of each method, for reading files back.
+RESULT_TYPES = {cls.method: cls for cls in (
+    ThermodynamicResult, LaplaceResult, BICResult, BridgeResult, CMCResult)}
+
+_BASE_FIELDS = {f.name for f in fields(EvidenceResult)}
+
+#: Estimate names of files written before results were typed -> field names.
+_RENAMED = {"ti": "ti_log_evidence", "is_log_evidence": "importance_log_evidence",
+            "is_se": "importance_se"}
 
 
 def load_result(path) -> EvidenceResult:

@@ -144,7 +144,7 @@ def test_warnings_are_not_silent(hierarchical):
         result = pm_evidence.bridge(model, idata=few, max_iter=1, random_seed=0,
                                     progressbar=False)
     assert result.warning
-    assert [str(w.message) for w in record] == result.warnings
+    assert tuple(str(w.message) for w in record) == result.warnings
     assert any("did not converge in 1 iterations" in w for w in result.warnings)
     assert any("effective posterior draws enter the iteration" in w for w in result.warnings)
 

@@ -92,7 +92,7 @@ def test_run_missing_extra_groups_resumes_to_identical_result(model, tmp_path):
     with open(path, "wb") as file:
         pickle.dump(saved, file)
     resumed = pm_evidence.thermodynamic(model, checkpoint=path, **options)
-    assert resumed.estimates["n_groups"] == 10
+    assert resumed.n_groups == 10
     assert resumed.log_evidence == uninterrupted.log_evidence
     assert resumed.diagnostics.equals(uninterrupted.diagnostics)
 

@@ -147,8 +147,8 @@ def test_nested_regressions_probabilities(regressions):
     exact = np.array([log_z[n] for n in names])
     truth = np.exp(exact - exact.max())
     truth /= truth.sum()  # (0.556, 0.389, 0.055)
-    p = np.array([results[n].estimates["probability"] for n in names])
-    p_se = np.array([results[n].estimates["probability_se"] for n in names])
+    p = np.array([results[n].probability for n in names])
+    p_se = np.array([results[n].probability_se for n in names])
     # Measured (seed 1): (0.5535, 0.3911, 0.0554) with SE about 0.004.
     assert np.all(np.abs(p - truth) < 0.03), (p, truth)
     assert np.all(np.abs(p - truth) <= 4 * p_se + 0.002), (p, truth, p_se)
@@ -159,10 +159,10 @@ def test_nested_regressions_log_evidence(regressions):
     _, log_z, results = regressions
     for name, exact in log_z.items():
         res = results[name]
-        assert res.method == "cmc" and res.model_name == name
-        err = np.hypot(res.se, res.estimates["anchor_se"])
+        assert type(res) is pm_evidence.CMCResult and res.model_name == name
+        err = np.hypot(res.se, res.anchor_se)
         assert abs(res.log_evidence - exact) <= 4 * err + 0.02, (name, res.log_evidence, exact)
-        assert abs(res.estimates["is_log_evidence"] - exact) < 0.1
+        assert abs(res.importance_log_evidence - exact) < 0.1
         assert not res.warnings
 
 
@@ -175,11 +175,13 @@ def test_nested_regressions_diagnostics(regressions):
     ]
     assert first.diagnostics.index.name == "stage"
     for res in results.values():
-        assert abs(res.estimates["frequency"] - 1 / 3) < 0.03
-        assert res.estimates["between_acceptance"] > 0.3
-        assert 0.5 < res.estimates["within_acceptance"] <= 1.0
+        assert abs(res.frequency - 1 / 3) < 0.03
+        assert res.between_acceptance > 0.3
+        assert 0.5 < res.within_acceptance <= 1.0
     path = first.sample_stats["model_index"]
     assert path.shape[0] == first.settings["n_chains"]
+    second = results[names[1]]
+    assert first.settings == second.settings and first.settings is not second.settings
     assert set(np.unique(path)) == {0, 1, 2}
     assert first.settings["models"] == names
     assert first.posterior["w"].shape[-1] == 1
@@ -227,7 +229,7 @@ def test_compare_cmc_table(regressions):
     assert list(table.index) == ["k=1", "k=2", "k=3"]  # exact order: -21.05, -21.41, -23.36
     assert (table["method"] == "cmc").all()
     assert table["weight"].sum() == pytest.approx(1.0)
-    probability = {n: r.estimates["probability"] for n, r in table.attrs["results"].items()}
+    probability = {n: r.probability for n, r in table.attrs["results"].items()}
     for name in table.index:  # uniform model prior: weight = CMC's model probability
         assert table.loc[name, "weight"] == pytest.approx(probability[name], rel=1e-9)
     with pytest.raises(TypeError, match="not_an_option"):
@@ -251,4 +253,4 @@ def test_plot_cmc_path(regressions):
     assert ax_all.lines[0].get_data()[0].size == stats["iteration"].shape[1]
     plt.close("all")
     with pytest.raises(ValueError, match="needs a result of cmc"):
-        pm_evidence.plot_cmc_path(pm_evidence.EvidenceResult("laplace", 0.0, 0.0))
+        pm_evidence.plot_cmc_path(pm_evidence.LaplaceResult(0.0, 0.0))

@@ -6,7 +6,7 @@ import pytest
 
 from pymc_evidence import MLPLayer
 from pymc_evidence.estimators._birth_death import (
-    BirthDeath, LiangUnits, StandardNormalUnits, check_nested, pooled_units, unit_layout,
+    BirthDeath, LiangUnits, StandardNormalUnits, validate_nested, pooled_units, unit_layout,
 )
 from pymc_evidence.estimators.cmc import cmc
 from pymc_evidence.density import get_density
@@ -40,8 +40,8 @@ def test_birth_death_probabilities_match_exact(nested):
     exact = np.array(list(log_z.values()))
     truth = np.exp(exact - exact.max())
     truth /= truth.sum()  # (0.217, 0.368, 0.415)
-    p = np.array([r.estimates["probability"] for r in results.values()])
-    p_se = np.array([r.estimates["probability_se"] for r in results.values()])
+    p = np.array([r.probability for r in results.values()])
+    p_se = np.array([r.probability_se for r in results.values()])
     assert np.all(np.abs(p - truth) < 0.03), (p, truth)
     assert np.all(np.abs(p - truth) <= 4 * p_se + 0.005), (p, truth, p_se)
     assert p.sum() == pytest.approx(1.0)
@@ -50,11 +50,11 @@ def test_birth_death_probabilities_match_exact(nested):
 def test_birth_death_diagnostics(nested):
     _, _, results = nested
     first, middle, last = results.values()
-    assert [r.estimates["hidden_units"] for r in results.values()] == [1, 2, 3]
-    assert np.isnan(first.estimates["death_acceptance"])  # no model below h = 1
-    assert np.isnan(last.estimates["birth_acceptance"])
-    for rate in (first.estimates["birth_acceptance"], middle.estimates["birth_acceptance"],
-                 middle.estimates["death_acceptance"], last.estimates["death_acceptance"]):
+    assert [r.hidden_units for r in results.values()] == [1, 2, 3]
+    assert np.isnan(first.death_acceptance)  # no model below h = 1
+    assert np.isnan(last.birth_acceptance)
+    for rate in (first.birth_acceptance, middle.birth_acceptance,
+                 middle.death_acceptance, last.death_acceptance):
         assert 0.05 < rate < 0.6
     assert {"birth_acceptance", "death_acceptance"} <= set(middle.diagnostics.columns)
     assert middle.diagnostics["birth_acceptance"].notna().all()
@@ -62,7 +62,7 @@ def test_birth_death_diagnostics(nested):
     assert first.settings["mlp_layer"]["weights"] == "W"
     assert set(np.unique(first.sample_stats["model_index"])) == {0, 1, 2}
     for res in results.values():
-        assert abs(res.estimates["frequency"] - 1 / 3) < 0.05
+        assert abs(res.frequency - 1 / 3) < 0.05
         assert not res.warnings
 
 
@@ -123,13 +123,13 @@ def test_pooled_units_symmetrised():
 def test_nesting_is_checked_before_compiling():
     models, _ = unit_models((1, 2))
     with pytest.raises(ValueError, match="'nope' is not a free variable"):
-        check_nested(models, MLPLayer("nope", output="v"))
+        validate_nested(models, MLPLayer("nope", output="v"))
     with pytest.raises(TypeError, match="mlp_layer must be an MLPLayer"):
-        check_nested(models, "W")
+        validate_nested(models, "W")
     reordered = {"h=2": models["h=2"], "h=1": models["h=1"]}
     with pytest.raises(ValueError, match="ordered by hidden units"):
-        check_nested(reordered, LAYER)
-    layer, hidden = check_nested(models, {"weights": "W", "output": "v", "bias": "b",
+        validate_nested(reordered, LAYER)
+    layer, hidden = validate_nested(models, {"weights": "W", "output": "v", "bias": "b",
                                           "activation": "relu"})
     assert hidden == [1, 2] and layer == LAYER
     with pm.Model() as other:  # h = 3 but a different shared variable
@@ -139,12 +139,12 @@ def test_nesting_is_checked_before_compiling():
         d = pm.Normal("d")
         pm.Normal("y", d, 1.0, observed=np.zeros(3))
     with pytest.raises(ValueError, match="differ in more than the hidden units"):
-        check_nested({**models, "h=3": other}, LAYER)
+        validate_nested({**models, "h=3": other}, LAYER)
     with pm.Model() as bounded:
         pm.HalfNormal("W", shape=(2, 1))
         pm.Normal("y", 0.0, 1.0, observed=np.zeros(3))
     with pytest.raises(ValueError, match="has a transform"):
-        check_nested({"a": bounded}, MLPLayer("W"))
+        validate_nested({"a": bounded}, MLPLayer("W"))
     with pytest.raises(ValueError, match="unit_proposal must be one of"):
         cmc(models, mlp_layer=LAYER, unit_proposal="prior", progressbar=False)
     with pytest.raises(ValueError, match="only propose neighbouring models"):

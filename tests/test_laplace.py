@@ -16,23 +16,13 @@ from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceWarning
 from pymc_evidence.symmetry import MLPLayer, align_units, transform_units
 
+from _linear import N_OBS, N_SLOPES, NOISE_SD, PRIOR_SD, linear_regression  # tests/_linear.py
+
+
 # ------------------------------------------------------------------------- models
-N_OBS, N_SLOPES, NOISE_SD = 25, 3, 0.7
-PRIOR_SD = np.array([3.0, 2.0, 2.0, 2.0])  # intercept, slopes
-
-
 @pytest.fixture(scope="module")
 def linear():
-    """Bayesian linear regression with known noise: every quantity has a closed form."""
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(N_OBS, N_SLOPES))
-    y = 2.0 + X @ np.array([1.0, -0.5, 0.3]) + NOISE_SD * rng.normal(size=N_OBS)
-    with pm.Model() as model:
-        a = pm.Normal("a", 0.0, PRIOR_SD[0])
-        b = pm.Normal("b", 0.0, PRIOR_SD[1], shape=N_SLOPES)
-        pm.Normal("y", a + pm.math.dot(X, b), NOISE_SD, observed=y)
-    design = np.column_stack([np.ones(N_OBS), X])
-    return model, design, y
+    return linear_regression()
 
 
 def log_evidence_linear(design, y, prior_precision, noise_precision):
@@ -106,7 +96,7 @@ def test_exact_on_gaussian_linear_model(linear, linear_result):
     res = linear_result
     assert res.method == "laplace" and res.se == 0.0
     assert abs(res.log_evidence - exact) < 1e-6
-    assert res.warnings == []
+    assert not res.warnings
 
     diag = res.diagnostics
     assert diag.index.name == "mode"
@@ -137,7 +127,7 @@ def test_symmetry_adds_its_log_exactly(linear, linear_result):
     res6 = pm_evidence.laplace(model, restarts=3, symmetry=6, random_seed=11, progressbar=False)
     assert res6.log_evidence - linear_result.log_evidence == pytest.approx(np.log(6), abs=1e-12)
     assert res6.settings["symmetry"] == 6
-    assert res6.estimates["log_symmetry"] == pytest.approx(np.log(6))
+    assert res6.log_symmetry == pytest.approx(np.log(6))
     # an MLP's 2^h h! outgrows int64 from h = 17 (2^24 24! ≈ 1e31): still added exactly
     count = pm_evidence.mlp_symmetry(24, "tanh")
     assert count > np.iinfo(np.int64).max
@@ -237,7 +227,7 @@ def test_two_modes_summed_exactly(bimodal):
     assert len(diag) == 2 and diag.hits.sum() == 6
     assert diag.weight.to_numpy() == pytest.approx([0.5, 0.5], abs=1e-9)
     assert abs(res.log_evidence - exact) < 1e-6  # PyMC float32-rounds log √(2π)
-    assert res.estimates["log_evidence_top_mode"] == pytest.approx(exact - np.log(2), abs=1e-6)
+    assert res.log_evidence_top_mode == pytest.approx(exact - np.log(2), abs=1e-6)
     # the modes themselves: x[0] = ±(2/v)/(1/s² + 1/v), x[1] = 0, one row per diagnostics row
     mode_x0 = (2 / V) / (1 / SD**2 + 1 / V)
     assert res.modes["x"].shape == (2, 2)
@@ -275,7 +265,7 @@ def test_flat_direction_warns_and_reports_finite_diagnostics():
         pm.Potential("flat", (1 / SD**2 - curvature) * x[0] ** 2 / 2 - 0.5 * x[1] ** 2)
     with pytest.warns(EvidenceWarning) as record:
         res = pm_evidence.laplace(model, restarts=0, start={"x": [0.5, 0.0]}, progressbar=False)
-    messages = [str(w.message) for w in record]
+    messages = tuple(str(w.message) for w in record)
     assert any("not positive definite" in m for m in messages)
     assert any("no positive-definite mode" in m for m in messages)
     assert res.warnings == messages
@@ -300,7 +290,7 @@ def test_mackay_framework_on_linear_model(linear):
         random_seed=0,
         progressbar=False,
     )
-    assert res.warnings == []
+    assert not res.warnings
     row = res.diagnostics.iloc[0]
     assert len(res.diagnostics) == 1 and bool(row.hyper_converged)
     alpha = np.array([row.alpha_intercept, row.alpha_slopes])
@@ -323,7 +313,7 @@ def test_mackay_framework_on_linear_model(linear):
     assert row.gamma == pytest.approx(gamma.sum(), rel=1e-8)
     hyper = 0.5 * np.log(2 / gamma).sum() + 0.5 * np.log(2 / (N_OBS - gamma.sum()))
     assert res.log_evidence == pytest.approx(at_fit + hyper, abs=1e-8)
-    assert res.estimates["beta"] == pytest.approx(beta)
+    assert res.hyperparameters["beta"] == pytest.approx(beta)
     # eq. 10: α_k = γ_k/‖ŵ_k‖² and 1/β = Σ residual² / (N − γ) at the mode
     mean = np.linalg.solve(A, beta * design.T @ y)
     assert alpha[1] == pytest.approx(gamma[1] / (mean[1:] @ mean[1:]), rel=1e-6)

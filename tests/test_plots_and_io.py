@@ -50,7 +50,7 @@ def test_plot_evidence(table):
 
 
 def test_plot_stages_rejects_unstaged():
-    result = pm_evidence.EvidenceResult("bic", -1.0, 0.0)
+    result = pm_evidence.BICResult(-1.0, 0.0)
     with pytest.raises(ValueError, match="staged result"):
         pm_evidence.plot_stages(result)
 
@@ -64,7 +64,7 @@ def test_arviz_and_netcdf_round_trip(result, tmp_path):
     result.to_netcdf(path)
     loaded = pm_evidence.load_result(path)
     assert loaded.log_evidence == result.log_evidence and loaded.se == result.se
-    assert loaded.method == "thermodynamic"
+    assert type(loaded) is pm_evidence.ThermodynamicResult and loaded.method == "thermodynamic"
     np.testing.assert_allclose(loaded.diagnostics["log_ratio"], result.diagnostics["log_ratio"])
     np.testing.assert_allclose(loaded.posterior["w"], result.posterior["w"])
     assert loaded.estimates == result.estimates
@@ -80,3 +80,62 @@ def test_arviz_own_plots(result):
         plt.close("all")
     summary = az.summary(data, var_names=["w"])
     assert len(summary) == 3
+
+
+def test_results_are_typed_and_frozen(result):
+    import dataclasses
+
+    assert isinstance(result, pm_evidence.ThermodynamicResult)
+    assert result.n_groups == 4 and result.n_stages == len(result.diagnostics)
+    assert result.estimates["ti_log_evidence"] == result.ti_log_evidence
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.log_evidence = 0.0
+    renamed = result.renamed("other")
+    assert renamed.model_name == "other" and result.model_name != "other"
+    assert renamed.log_evidence == result.log_evidence
+
+
+@pytest.mark.parametrize("result_type", [pm_evidence.LaplaceResult, pm_evidence.BICResult,
+                                          pm_evidence.BridgeResult, pm_evidence.CMCResult])
+def test_every_result_type_round_trips(result_type, tmp_path):
+    import pandas as pd
+
+    own = {"LaplaceResult": dict(n_modes=2, hyperparameters={"alpha_w": 1.5, "beta": 3.0}),
+           "BICResult": dict(log_likelihood=-3.0, bic=9.5, k=2, n=10),
+           "BridgeResult": dict(re2=0.01, cv=0.1, log_evidence_first_iteration=-4.2),
+           "CMCResult": dict(probability=0.25, anchor=-3.5, n_iterations=400, hidden_units=2)}
+    original = result_type(log_evidence=-4.0, se=0.1, model_name="m", settings={"a": [1, 2]},
+                           diagnostics=pd.DataFrame({"x": [1.0, 2.0]}), warnings=["careful"],
+                           **own[result_type.__name__])
+    original.to_netcdf(tmp_path / "r.nc")
+    loaded = pm_evidence.load_result(tmp_path / "r.nc")
+    assert type(loaded) is result_type
+    for name, value in own[result_type.__name__].items():
+        assert getattr(loaded, name) == value and type(getattr(loaded, name)) is type(value)
+    assert loaded.warnings == ("careful",) and loaded.settings == {"a": [1, 2]}
+
+
+@pytest.mark.parametrize("name, result_type, fields", [
+    ("thermodynamic", pm_evidence.ThermodynamicResult,
+     {"ti_log_evidence": -2.4794876609828247, "n_stages": 2, "n_groups": 4}),
+    ("laplace_mackay", pm_evidence.LaplaceResult,
+     {"n_modes": 1, "hyperparameters": {"alpha_w": 1.3107732078655323,
+                                         "gamma_w": 1.9576330586797845,
+                                         "beta": 3.0441321829668166}}),
+    ("cmc", pm_evidence.CMCResult,
+     {"importance_log_evidence": -23.255643231304134, "importance_se": 0.003952571787640187,
+      "anchor": -23.253538939804642, "n_iterations": 50}),
+])
+def test_files_written_before_results_were_typed_still_load(name, result_type, fields):
+    from pathlib import Path
+
+    loaded = pm_evidence.load_result(Path(__file__).parent / "data" / f"v0_{name}.nc")
+    assert type(loaded) is result_type
+    for field_name, value in fields.items():
+        assert getattr(loaded, field_name) == value
+        assert type(getattr(loaded, field_name)) is type(value)
+
+
+def test_repr_is_the_summary(result):
+    assert repr(result) == result.summary()
+    assert "ti_log_evidence" in result.summary() and "log evidence =" in result.summary()

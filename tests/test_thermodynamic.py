@@ -37,7 +37,7 @@ def test_exact_evidence(case):
     model, exact = CASES[case]()
     result = pm_evidence.thermodynamic(model, random_seed=2024, progressbar=False)
     assert_close_to_exact(result, exact)
-    assert result.estimates["ti"] == pytest.approx(exact, abs=max(4 * result.estimates["ti_se"], 0.1))
+    assert result.ti_log_evidence == pytest.approx(exact, abs=max(4 * result.ti_se, 0.1))
     assert not result.warnings
 
 
@@ -140,7 +140,7 @@ def test_extra_groups_in_parallel_processes_give_the_sequential_result(regressio
     model, exact = regression5
     sequential = pm_evidence.thermodynamic(model, cores=1, **EXTRA_GROUPS)
     parallel = pm_evidence.thermodynamic(model, cores=2, **EXTRA_GROUPS)
-    assert sequential.estimates["n_groups"] == 14
+    assert sequential.n_groups == 14
     assert parallel.log_evidence == sequential.log_evidence
     assert parallel.se == sequential.se
     assert parallel.diagnostics.equals(sequential.diagnostics)

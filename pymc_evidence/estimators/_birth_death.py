@@ -26,7 +26,7 @@ import numpy as np
 from pymc_evidence._constants import LOG_2PI
 from pymc_evidence.symmetry import MLPLayer, _unit_matrix
 
-__all__ = ["UnitLayout", "check_nested", "unit_layout", "BirthDeath", "StandardNormalUnits",
+__all__ = ["UnitLayout", "validate_nested", "unit_layout", "BirthDeath", "StandardNormalUnits",
            "LiangUnits", "FixedUnits", "pooled_units"]
 
 
@@ -38,7 +38,7 @@ def _as_layer(layer) -> MLPLayer:
     return layer
 
 
-def check_nested(named_models: dict, layer) -> tuple[MLPLayer, list[int]]:
+def validate_nested(named_models: dict, layer) -> tuple[MLPLayer, list[int]]:
     """Check, before anything is compiled, that the models are MLPs nested by one hidden unit.
 
     Returns the layer and each model's number of hidden units. Raises ``ValueError`` naming the

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import logsumexp
 
-from pymc_evidence import kernels
+from pymc_evidence import _compat, kernels
 from pymc_evidence.symmetry import alignment_map
 
 __all__ = ["power_ladder", "Stage", "Round", "run_round", "align_population", "final_draws"]
@@ -171,7 +171,7 @@ def _validate_prior_population(density, state: kernels.HMCState) -> None:
 
 
 def run_round(
-    rng, density, n_groups, n_particles, ladder, tuning, options, progress,
+    rng, density, n_groups, n_particles, ladder, tuning, round_settings, progress,
     partial=None, on_stage=None,
 ):
     """One tempered SMC run of ``n_groups`` independent groups sharing one ladder.
@@ -192,7 +192,7 @@ def run_round(
             state.log_likelihood.reshape(G, n), log_weights
         )
         step_size = tuning[0].step_size if tuning else 1.0 / density.dim**0.25
-        n_transitions = options["kernel"]["max_transitions"]
+        n_transitions = round_settings["kernel"]["max_transitions"]
         stages, lam = [], 0.0
     else:
         prior_mean_ll, prior_var_ll, stages, state, log_weights = partial
@@ -203,7 +203,7 @@ def run_round(
         k = len(stages)
         ll = state.log_likelihood.reshape(G, n)
         if ladder is None:
-            new_lam = _next_lambda(log_weights, ll, lam, options["target_cess"])
+            new_lam = _next_lambda(log_weights, ll, lam, round_settings["target_cess"])
         else:
             new_lam = float(ladder[k + 1])
         increment = _increment(ll, new_lam - lam)
@@ -222,7 +222,7 @@ def run_round(
         # Resample the groups whose weights have degenerated, within each group only.
         with np.errstate(divide="ignore"):
             group_ess = 1.0 / np.sum(np.exp(2 * log_weights), axis=1)
-        to_resample = np.flatnonzero(group_ess < options["resample_threshold"] * n)
+        to_resample = np.flatnonzero(group_ess < round_settings["resample_threshold"] * n)
         if to_resample.size:
             index = np.arange(G * n)
             for g in to_resample:
@@ -231,17 +231,17 @@ def run_round(
             state = _take(state, index)
 
         weights = np.exp(log_weights.ravel())
-        if options["layers"]:
-            state = align_population(density, options["layers"], state, weights)
+        if round_settings["layers"]:
+            state = align_population(density, round_settings["layers"], state, weights)
         metric = kernels.Metric.from_population(
-            state.position, weights / weights.sum(), options["dense_mass"],
+            state.position, weights / weights.sum(), round_settings["dense_mass"],
             gradients=state.grad_log_prior + lam * state.grad_log_likelihood,
         )
         if tuning:
             step_size, n_transitions = tuning[k].step_size, tuning[k].suggested_transitions
         state, move = kernels.mutate(
             rng, state, density, lam, metric, step_size, n_transitions=n_transitions,
-            **options["kernel"],
+            **round_settings["kernel"],
         )
         step_size, n_transitions = move.step_size, move.suggested_transitions
         ll = state.log_likelihood.reshape(G, n)
@@ -261,12 +261,10 @@ def run_round(
 
 def _rhat(values: np.ndarray) -> float:
     """Rank-normalised R-hat of a per-stage statistic, with groups as chains."""
-    import arviz as az
-
     finite = values[:, np.all(np.isfinite(values), axis=0)]
     if finite.shape[1] < 4:
         return np.nan
-    return float(az.rhat(finite))
+    return _compat.rhat(finite)
 
 
 

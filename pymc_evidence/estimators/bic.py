@@ -19,7 +19,7 @@ from pymc_evidence._optimize import (
 from pymc_evidence._random import as_generator
 from pymc_evidence._validation import choice, integer, resolve_model
 from pymc_evidence.density import get_density
-from pymc_evidence.results import EvidenceResult, warn
+from pymc_evidence.results import BICResult, warn
 
 __all__ = ["bic"]
 
@@ -40,7 +40,7 @@ def bic(
     random_seed=None,
     progressbar: bool = True,
     backend: str = "c",
-) -> EvidenceResult:
+) -> BICResult:
     r"""BIC approximation to the log evidence: the best-fit log likelihood minus a penalty.
 
     .. math::
@@ -81,13 +81,13 @@ def bic(
 
     Returns
     -------
-    EvidenceResult
+    BICResult
         ``method="bic"``, ``se=0``. ``diagnostics`` has one row (index ``"point"``):
         ``log_likelihood``, ``log_prior``, ``penalty`` (:math:`\tfrac k2 \log n`), ``k``,
         ``n``, ``at``, ``grad_max`` and ``newton_decrement`` (of the maximised objective; the
         decrement ``½ gᵀH⁻¹g`` is the gain still expected, in nats) and ``converged``
-        (decrement below 1e-6). ``settings``
-        and ``estimates`` repeat ``k``, ``n`` and the classical ``bic`` value.
+        (decrement below 1e-6). The fields ``log_likelihood``,
+        ``bic`` (the classical value), ``k`` and ``n`` repeat the ingredients.
 
     Warns
     -----
@@ -198,18 +198,15 @@ def bic(
     )
     diagnostics.index.name = "point"
     t_end = time.perf_counter()
-    return EvidenceResult(
-        method="bic",
+    return BICResult(
         log_evidence=float(log_evidence),
         se=0.0,
         model_name=model.name or "",
         diagnostics=diagnostics,
-        estimates={
-            "log_likelihood": log_lik,
-            "bic": float(-2 * log_evidence),
-            "k": float(k),
-            "n": float(n),
-        },
+        log_likelihood=log_lik,
+        bic=float(-2 * log_evidence),
+        k=k,
+        n=n,
         settings={
             "at": at,
             "n": n,

@@ -7,24 +7,20 @@ import contextlib
 import logging
 import numbers
 import time
-import weakref
 from typing import NamedTuple
 
-import arviz as az
 import numpy as np
 import pandas as pd
 import pymc as pm
-import pytensor.tensor as pt
 import xarray as xr
-from pymc.pytensorf import compile as compile_pymc
-from pytensor.graph.replace import clone_replace, vectorize_graph
 from scipy.special import logsumexp
 
+from pymc_evidence import _compat
 from pymc_evidence._constants import LOG_2PI
 from pymc_evidence._random import as_generator
 from pymc_evidence._validation import choice, integer, number, resolve_model
 from pymc_evidence.density import get_density
-from pymc_evidence.results import EvidenceResult, warn
+from pymc_evidence.results import BridgeResult, warn
 
 __all__ = ["bridge"]
 
@@ -78,23 +74,16 @@ def _posterior_dataset(idata) -> xr.Dataset:
     """The posterior group of ``idata`` (InferenceData, DataTree, or a posterior Dataset)."""
     if isinstance(idata, xr.Dataset):
         posterior = idata
-    elif hasattr(idata, "children") and hasattr(idata, "to_dataset"):  # xarray.DataTree
-        if "posterior" in idata.children:
-            posterior = idata["posterior"].to_dataset()
-        elif idata.data_vars and {"chain", "draw"} <= set(idata.dims):
-            posterior = idata.to_dataset()  # the posterior node itself, e.g. idata.posterior
-        else:
+    elif _compat.is_arviz_data(idata):
+        groups = _compat.arviz_groups(idata)
+        posterior = groups.get("posterior")
+        if posterior is None:
+            posterior = _compat.own_dataset(idata)  # the posterior node itself (ArviZ 1.x)
+        if posterior is None or not {"chain", "draw"} <= set(posterior.dims):
             raise ValueError(
-                "idata has no 'posterior' group (its groups: "
-                f"{sorted(idata.children) or 'none'}); pass the output of pm.sample"
-            )
-    elif hasattr(idata, "groups"):  # arviz.InferenceData
-        if "posterior" not in idata.groups():
-            raise ValueError(
-                f"idata has no 'posterior' group (its groups: {idata.groups() or 'none'}); "
+                f"idata has no 'posterior' group (its groups: {sorted(groups) or 'none'}); "
                 "pass the output of pm.sample"
             )
-        posterior = idata["posterior"]
     else:
         raise TypeError(
             "idata must be an arviz.InferenceData, an xarray.DataTree or an xarray.Dataset of "
@@ -149,13 +138,13 @@ _OWN_SAMPLE_ARGS = ("draws", "tune", "chains", "random_seed", "progressbar", "mo
 
 def _sample_posterior(model, density, draws, tune, chains, seed, progressbar, sample_kwargs):
     """NUTS draws: ``pm.sample`` on one core with the density's compile mode."""
-    options = dict(
+    arguments = dict(
         cores=1,
         nuts_sampler="pymc",
         compute_convergence_checks=False,
         compile_kwargs={"mode": density.mode},
     )
-    options.update(sample_kwargs)
+    arguments.update(sample_kwargs)
     with _quiet_pymc(not progressbar):
         return pm.sample(
             draws=draws,
@@ -164,38 +153,13 @@ def _sample_posterior(model, density, draws, tune, chains, seed, progressbar, sa
             random_seed=seed,
             progressbar=progressbar,
             model=model,
-            **options,
+            **arguments,
         )
-
-
-_forward_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _forward_fn(density):
-    """Compiled map from constrained draws (one array per free variable, leading axis N) to the
-    unconstrained value variables, ``transform.forward(value, *rv.owner.inputs)`` vectorised
-    over N. Parents in the inputs (e.g. bounds that depend on other variables) are the draws'
-    own values, so parent-dependent transforms are exact."""
-    if density in _forward_cache:
-        return _forward_cache[density]
-    model = density.model
-    rvs = list(model.free_RVs)
-    holders = [rv.type() for rv in rvs]
-    outputs = []
-    for rv in rvs:
-        transform = model.rvs_to_transforms.get(rv)
-        outputs.append(transform.forward(rv, *rv.owner.inputs) if transform else rv)
-    outputs = clone_replace(outputs, replace=dict(zip(rvs, holders)))
-    batched = [pt.tensor(dtype=h.type.dtype, shape=(None, *h.type.shape)) for h in holders]
-    outputs = vectorize_graph(outputs, replace=dict(zip(holders, batched)))
-    fn = compile_pymc(batched, outputs, mode=density.mode)
-    _forward_cache[density] = (fn, [rv.name for rv in rvs], [h.type.dtype for h in holders])
-    return _forward_cache[density]
 
 
 def _unconstrained_draws(density, posterior: xr.Dataset) -> np.ndarray:
     """The posterior's draws in the flat unconstrained space, shape (chain, draw, d)."""
-    fn, names, dtypes = _forward_fn(density)
+    names = density.free_names
     missing = [name for name in names if name not in posterior.data_vars]
     if missing:
         raise ValueError(
@@ -204,21 +168,18 @@ def _unconstrained_draws(density, posterior: xr.Dataset) -> np.ndarray:
             "pass draws of every free variable, e.g. pm.sample without var_names"
         )
     n_chain, n_draw = posterior.sizes["chain"], posterior.sizes["draw"]
-    arrays = []
-    for name, dtype in zip(names, dtypes):
-        values = np.asarray(posterior[name].transpose("chain", "draw", ...).values, dtype=dtype)
-        arrays.append(values.reshape((n_chain * n_draw, *values.shape[2:])))
+    draws = {}
+    for name in names:
+        values = np.asarray(posterior[name].transpose("chain", "draw", ...).values)
+        draws[name] = values.reshape((n_chain * n_draw, *values.shape[2:]))
     try:
-        outputs = fn(*arrays)
+        flat = density.from_constrained(draws)
     except Exception as err:  # shapes that do not match the model
-        found = {name: a.shape[1:] for name, a in zip(names, arrays)}
+        found = {name: a.shape[1:] for name, a in draws.items()}
         raise ValueError(
             "the posterior draws do not fit the model's free variables (shapes per draw: "
             f"{found}): {str(err).strip().splitlines()[0]}"
         ) from err
-    flat = np.concatenate(
-        [np.asarray(o, dtype=float).reshape(n_chain * n_draw, -1) for o in outputs], axis=1
-    )
     if flat.shape[1] != density.dim:
         raise ValueError(
             f"the posterior draws map to {flat.shape[1]} unconstrained values per draw, the "
@@ -290,14 +251,6 @@ def _iterate(l1, l2, log_s1, log_s2, max_iter, tol) -> _Iteration:
     return _Iteration(log_r, t, bool(change < tol), change, np.asarray(path))
 
 
-def _ess(values: np.ndarray, method: str = "bulk") -> float:
-    """ArviZ's effective sample size of a (chain, draw) array; NaN if undefined."""
-    try:
-        return float(az.ess(np.asarray(values, dtype=float), method=method))
-    except Exception:  # constant or too short arrays
-        return np.nan
-
-
 def _relative_error(log_z, t1, g1, t2, g2, log_s1, log_s2, shape):
     """Frühwirth-Schnatter's (2004) approximate relative mean-squared error of Ẑ.
 
@@ -313,7 +266,7 @@ def _relative_error(log_z, t1, g1, t2, g2, log_s1, log_s2, shape):
     log_p1 = t1 - log_z
     f2 = np.exp(g1 - np.logaddexp(log_s1 + log_p1, log_s2 + g1))
     term1 = float(np.var(f1, ddof=1) / (f1.size * np.mean(f1) ** 2))
-    ess_f2 = _ess(f2.reshape(shape), method="mean")  # the ESS of a mean, not rank-based
+    ess_f2 = _compat.ess(f2.reshape(shape), method="mean")  # the ESS of a mean, not rank-based
     var_f2 = float(np.var(f2, ddof=1))
     if var_f2 == 0.0:
         term2 = 0.0
@@ -321,15 +274,6 @@ def _relative_error(log_z, t1, g1, t2, g2, log_s1, log_s2, shape):
         n_eff = ess_f2 if np.isfinite(ess_f2) and ess_f2 > 0 else f2.size
         term2 = var_f2 / (n_eff * np.mean(f2) ** 2)
     return term1, term2, ess_f2
-
-
-def _rhat(values: np.ndarray) -> float:
-    if values.shape[0] < 2:
-        return np.nan
-    try:
-        return float(az.rhat(np.asarray(values, dtype=float)))
-    except Exception:
-        return np.nan
 
 
 def bridge(
@@ -347,7 +291,7 @@ def bridge(
     random_seed=None,
     progressbar: bool = True,
     backend: str = "c",
-) -> EvidenceResult:
+) -> BridgeResult:
     r"""Bridge-sampling estimate of the log evidence from posterior draws.
 
     With :math:`q(\theta) = p(D \mid \theta)\,p(\theta)` the unnormalised posterior in the
@@ -435,7 +379,7 @@ def bridge(
 
     Returns
     -------
-    EvidenceResult
+    BridgeResult
         ``method="bridge"``, ``se`` = :math:`\sqrt{\mathrm{RE}^2}`. ``diagnostics`` has one row
         (index ``"bridge"``): ``method``, ``iterations``, ``converged``, ``final_change``,
         ``n_chains``, ``n_fit`` (draws fitting the proposal), ``n_iter`` (:math:`N_1`),
@@ -445,7 +389,8 @@ def bridge(
         ``proposal_condition_number``, ``proposal_jitter``, ``re2_proposal`` and
         ``re2_posterior`` (the two terms of RE²), ``re2``, ``cv`` (:math:`\sqrt{\mathrm{RE}^2}`),
         ``nonfinite_posterior``, ``nonfinite_proposal`` (draws with a non-finite log density),
-        ``divergences``. ``estimates`` holds ``re2``, ``cv`` and ``log_evidence_first_iteration``;
+        ``divergences``. The fields ``re2``, ``cv`` and ``log_evidence_first_iteration`` repeat
+        the error and the first iteration's estimate;
         ``posterior`` the constrained draws and ``sample_stats`` their ``log_prior`` and
         ``log_likelihood``.
 
@@ -507,6 +452,88 @@ def bridge(
     for estimating normalizing constants. Journal of Statistical Software 92(10), 1–29.
     """
     t_start = time.perf_counter()
+    draws, tune, chains, max_iter, proposal_draws, sample_kwargs = _validate_arguments(
+        method, draws, tune, chains, max_iter, proposal_draws, tol, sample_kwargs)
+    posterior = None if idata is None else _posterior_dataset(idata)
+    model = resolve_model(model)
+    density = get_density(model, backend=backend)
+    sample_seed, rng = _seeds(random_seed)
+    t_density = time.perf_counter()
+
+    sampled = posterior is None
+    if sampled:
+        idata = _sample_posterior(
+            model, density, draws, tune, chains, sample_seed, progressbar, sample_kwargs
+        )
+        posterior = _posterior_dataset(idata)
+    t_sampling = time.perf_counter()
+
+    X = _unconstrained_draws(density, posterior)  # (chain, draw, d)
+    halves = _halves(X, proposal_draws)
+    proposal = _fit_proposal(halves.fit)
+    terms = _bridge_terms(method, density, proposal, X, halves, rng)
+    t_evaluation = time.perf_counter()
+
+    if np.isposinf(terms.t2).any() or np.isposinf(terms.t1).any():
+        raise ValueError("the log density is +inf at some draws: the posterior is improper")
+    ess = _compat.ess(terms.log_q_iter.reshape(halves.iter_shape))
+    log_s1, log_s2 = _sample_weights(ess, halves)
+    iteration = _iterate(terms.t1 - terms.g1, terms.t2 - terms.g2, log_s1, log_s2, max_iter, tol)
+    error = _error(iteration.log_evidence, terms, log_s1, log_s2, halves.iter_shape)
+    t_iteration = time.perf_counter()
+
+    divergences = _divergences(idata)
+    rhat = _compat.rhat(terms.log_q_draws.reshape(X.shape[:2]))
+    messages: list[str] = []
+    _warn_on_soft_problems(messages, terms, halves, iteration, error.cv, divergences, rhat, ess,
+                           max_iter, tol)
+    diagnostics = _diagnostics(method, X, halves, proposal, terms, iteration, error, ess,
+                               (log_s1, log_s2), rhat, divergences)
+    settings = {
+        "method": method,
+        "sampled": sampled,
+        "draws": int(X.shape[1]),
+        "tune": tune if sampled else None,
+        "sample_kwargs": {k: str(v) for k, v in sample_kwargs.items()} if sampled else None,
+        "chains": int(X.shape[0]),
+        "proposal_draws": int(halves.n2),
+        "max_iter": max_iter,
+        "tol": float(tol),
+        "backend": backend,
+        "random_seed": random_seed if isinstance(random_seed, (int, type(None))) else "given",
+        "dim": int(X.shape[2]),
+    }
+    t_end = time.perf_counter()
+    return BridgeResult(
+        log_evidence=float(iteration.log_evidence),
+        se=error.cv,
+        model_name=model.name or "",
+        diagnostics=diagnostics,
+        posterior=_named_draws(model, posterior),
+        sample_stats={
+            "log_prior": terms.log_prior.reshape(X.shape[:2]),
+            "log_likelihood": terms.log_likelihood.reshape(X.shape[:2]),
+        },
+        re2=float(error.re2),
+        cv=error.cv,
+        log_evidence_first_iteration=float(iteration.path[0]),
+        settings=settings,
+        timing={
+            "density": t_density - t_start,
+            "sampling": t_sampling - t_density,
+            "evaluation": t_evaluation - t_sampling,
+            "iteration": t_iteration - t_evaluation,
+            "total": t_end - t_start,
+        },
+        warnings=messages,
+    )
+
+
+# --------------------------------------------------------------------------- steps
+def _validate_arguments(method, draws, tune, chains, max_iter, proposal_draws, tol,
+                        sample_kwargs):
+    """Raise on a bad argument before any work; returns the integers and ``sample_kwargs``
+    as a dict."""
     choice("method", method, BRIDGE_METHODS)
     draws = integer("draws", draws, 4)
     tune = integer("tune", tune, 0)
@@ -521,23 +548,22 @@ def bridge(
             f"sample_kwargs may not set {clash}: pass them to bridge itself "
             "(draws, tune, chains, random_seed, progressbar, model)"
         )
-    posterior = None if idata is None else _posterior_dataset(idata)
+    return draws, tune, chains, max_iter, proposal_draws, sample_kwargs
 
-    model = resolve_model(model)
-    density = get_density(model, backend=backend)
-    sample_seed, rng = _seeds(random_seed)
-    t_density = time.perf_counter()
 
-    messages: list[str] = []
-    sampled = posterior is None
-    if sampled:
-        idata = _sample_posterior(
-            model, density, draws, tune, chains, sample_seed, progressbar, sample_kwargs
-        )
-        posterior = _posterior_dataset(idata)
-    t_sampling = time.perf_counter()
+class _Halves(NamedTuple):
+    """The draws split in time: the first half of every chain fits the proposal, the second
+    half enters the iteration (Overstall & Forster 2010)."""
 
-    X = _unconstrained_draws(density, posterior)  # (chain, draw, d)
+    fit: np.ndarray  # (chains × first half, d)
+    iterate: np.ndarray  # (N1, d)
+    n_half: int  # draws per chain in the first half
+    n1: int  # posterior draws in the iteration
+    n2: int  # proposal draws
+    iter_shape: tuple  # (chain, draw) of the iteration half
+
+
+def _halves(X: np.ndarray, proposal_draws: int | None) -> _Halves:
     n_chain, n_draw, d = X.shape
     if n_draw < 4:
         raise ValueError(
@@ -545,185 +571,164 @@ def bridge(
             "(half fit the proposal, half enter the iteration)"
         )
     n_half = n_draw // 2
-    X_fit = X[:, :n_half].reshape(-1, d)
-    X_iter = X[:, n_half:].reshape(-1, d)
-    if X_fit.shape[0] <= d:
+    fit = X[:, :n_half].reshape(-1, d)
+    iterate = X[:, n_half:].reshape(-1, d)
+    if fit.shape[0] <= d:
         raise ValueError(
-            f"{X_fit.shape[0]} draws fit the proposal but the model has {d} unconstrained "
+            f"{fit.shape[0]} draws fit the proposal but the model has {d} unconstrained "
             "parameters: its covariance needs more draws than parameters; pass more draws"
         )
-    n1 = X_iter.shape[0]
+    n1 = iterate.shape[0]
     n2 = n1 if proposal_draws is None else proposal_draws
-    iter_shape = (n_chain, n_draw - n_half)
+    return _Halves(fit, iterate, n_half, n1, n2, (n_chain, n_draw - n_half))
 
-    # ---- proposal and densities
-    proposal = _fit_proposal(X_fit)
-    Z = rng.standard_normal((n2, d))
-    log_q_draws, log_prior_all, log_lik_all = _log_joint(density, X.reshape(-1, d))
-    log_q_iter = log_q_draws.reshape(n_chain, n_draw)[:, n_half:].reshape(-1)
+
+def _sample_weights(ess: float, halves: _Halves) -> tuple[float, float]:
+    """log s1, log s2 of the optimal bridge, with the posterior draws counted by their ESS."""
+    n_eff = min(ess, halves.n1) if np.isfinite(ess) and ess > 0 else float(halves.n1)
+    return float(np.log(n_eff / (n_eff + halves.n2))), float(np.log(halves.n2 / (n_eff + halves.n2)))
+
+
+class _Error(NamedTuple):
+    re2_proposal: float
+    re2_posterior: float
+    re2: float
+    cv: float  # √RE², the reported SE of log Ẑ
+    ess_f2: float
+
+
+def _error(log_z, terms, log_s1, log_s2, iter_shape) -> _Error:
+    """The relative error of Ẑ (NaN when Ẑ is not finite)."""
+    if np.isfinite(log_z):
+        re2_prop, re2_post, ess_f2 = _relative_error(
+            log_z, terms.t1, terms.g1, terms.t2, terms.g2, log_s1, log_s2, iter_shape
+        )
+    else:
+        re2_prop = re2_post = ess_f2 = np.nan
+    re2 = re2_prop + re2_post
+    return _Error(re2_prop, re2_post, re2, float(np.sqrt(re2)), ess_f2)
+
+
+def _diagnostics(method, X, halves, proposal, terms, iteration, error, ess, log_s, rhat,
+                 divergences) -> pd.DataFrame:
+    """The one-row diagnostics table (index ``"bridge"``)."""
+    row = {
+        "method": method,
+        "iterations": iteration.iterations,
+        "converged": iteration.converged,
+        "final_change": iteration.final_change,
+        "n_chains": X.shape[0],
+        "n_fit": halves.fit.shape[0],
+        "n_iter": halves.n1,
+        "n_proposal": halves.n2,
+        "ess": ess,
+        "ess_f2": error.ess_f2,
+        "s1": float(np.exp(log_s[0])),
+        "s2": float(np.exp(log_s[1])),
+        "rhat_log_posterior": rhat,
+        "proposal_log_det": 2 * proposal.log_det_chol,
+        "proposal_condition_number": proposal.condition_number,
+        "proposal_jitter": proposal.jitter,
+        "re2_proposal": error.re2_proposal,
+        "re2_posterior": error.re2_posterior,
+        "re2": error.re2,
+        "cv": error.cv,
+        "nonfinite_posterior": int(np.sum(~np.isfinite(terms.log_q_iter))),
+        "nonfinite_proposal": int(np.sum(~np.isfinite(terms.t2))),
+        "divergences": divergences,
+    }
+    return pd.DataFrame({k: [v] for k, v in row.items()}, index=pd.Index([0], name="bridge"))
+
+
+class _Terms(NamedTuple):
+    """The bridge's log densities: t (target) and g (proposal) at the posterior draws of the
+    iteration (1) and at the proposal draws (2); and the log joint, prior and likelihood at
+    every posterior draw."""
+
+    t1: np.ndarray
+    g1: np.ndarray
+    t2: np.ndarray
+    g2: np.ndarray
+    log_q_draws: np.ndarray  # log joint at every posterior draw (NaN as -inf)
+    log_q_iter: np.ndarray  # the same at the iteration half
+    log_prior: np.ndarray
+    log_likelihood: np.ndarray
+
+
+def _bridge_terms(method, density, proposal: _Proposal, X, halves: _Halves, rng) -> _Terms:
+    """The target and proposal log densities of ``method`` ("normal", or "warp3": the
+    symmetrised standardised posterior bridged to N(0, I), Meng & Schilling 2002)."""
+    n_chain, n_draw, d = X.shape
+    Z = rng.standard_normal((halves.n2, d))
+    log_q_draws, log_prior, log_lik = _log_joint(density, X.reshape(-1, d))
+    log_q_iter = log_q_draws.reshape(n_chain, n_draw)[:, halves.n_half:].reshape(-1)
     if method == "normal":
         t1 = log_q_iter
-        g1 = proposal.log_density(X_iter)
-        X_prop = proposal.mean + Z @ proposal.chol.T
-        t2 = _log_joint(density, X_prop)[0]
+        g1 = proposal.log_density(halves.iterate)
+        t2 = _log_joint(density, proposal.mean + Z @ proposal.chol.T)[0]
         g2 = _log_std_normal(Z) - proposal.log_det_chol
-    else:  # warp3: bridge the symmetrised standardised posterior to N(0, I)
+    else:
         offset = proposal.log_det_chol - np.log(2.0)
-        mirrored = _log_joint(density, 2 * proposal.mean - X_iter)[0]
+        mirrored = _log_joint(density, 2 * proposal.mean - halves.iterate)[0]
         t1 = offset + np.logaddexp(log_q_iter, mirrored)
-        g1 = _log_std_normal(proposal.standardise(X_iter))
+        g1 = _log_std_normal(proposal.standardise(halves.iterate))
         LZ = Z @ proposal.chol.T
         t2 = offset + np.logaddexp(
             _log_joint(density, proposal.mean - LZ)[0], _log_joint(density, proposal.mean + LZ)[0]
         )
         g2 = _log_std_normal(Z)
-    t_evaluation = time.perf_counter()
+    return _Terms(t1, g1, t2, g2, log_q_draws, log_q_iter, log_prior, log_lik)
 
-    nonfinite_post = int(np.sum(~np.isfinite(log_q_iter)))
-    nonfinite_prop = int(np.sum(~np.isfinite(t2)))
-    if nonfinite_post:
-        warn(
-            messages,
-            f"{nonfinite_post} of {n1} posterior draws have a non-finite log density: the draws "
-            "may not come from this model's posterior (or a different parameterisation)",
-        )
-    if np.isposinf(t2).any() or np.isposinf(t1).any():
-        raise ValueError("the log density is +inf at some draws: the posterior is improper")
 
-    # ---- effective sample size, iteration, error
-    ess = _ess(log_q_iter.reshape(iter_shape))
-    n_eff = min(ess, n1) if np.isfinite(ess) and ess > 0 else float(n1)
-    log_s1 = float(np.log(n_eff / (n_eff + n2)))
-    log_s2 = float(np.log(n2 / (n_eff + n2)))
-    l1, l2 = t1 - g1, t2 - g2
-    result = _iterate(l1, l2, log_s1, log_s2, max_iter, tol)
-    log_z = result.log_evidence
-    if np.isfinite(log_z):
-        re2_prop, re2_post, ess_f2 = _relative_error(
-            log_z, t1, g1, t2, g2, log_s1, log_s2, iter_shape
-        )
-    else:
-        re2_prop = re2_post = ess_f2 = np.nan
-    re2 = re2_prop + re2_post
-    cv = float(np.sqrt(re2))
-    t_iteration = time.perf_counter()
+def _warn_on_soft_problems(messages, terms: _Terms, halves: _Halves, iteration: _Iteration,
+                           cv, divergences, rhat, ess, max_iter, tol):
+    """One warning per soft problem: non-finite draws, no convergence, a large relative
+    error, divergences, chains that disagree, too few effective draws."""
+    def say(text):
+        warn(messages, text, stacklevel=5)
 
-    # ---- soft problems
-    divergences = _divergences(idata)
-    rhat = _rhat(log_q_draws.reshape(n_chain, n_draw))
-    if not result.converged:
-        warn(
-            messages,
-            f"the bridge iteration did not converge in {max_iter} iterations (last relative "
-            f"change {result.final_change:.3g} > tol={tol:g}); the estimate "
-            f"{log_z:.4f} is the last iterate. Raise max_iter or check the draws.",
-        )
+    nonfinite = int(np.sum(~np.isfinite(terms.log_q_iter)))
+    if nonfinite:
+        say(f"{nonfinite} of {halves.n1} posterior draws have a non-finite log density: the "
+            "draws may not come from this model's posterior (or a different parameterisation)")
+    log_z = iteration.log_evidence
+    if not iteration.converged:
+        say(f"the bridge iteration did not converge in {max_iter} iterations (last relative "
+            f"change {iteration.final_change:.3g} > tol={tol:g}); the estimate "
+            f"{log_z:.4f} is the last iterate. Raise max_iter or check the draws.")
     if not np.isfinite(log_z):
-        warn(messages, "the bridge estimate is not finite: the proposal and the posterior do "
-             "not overlap (check the draws and the model)")
+        say("the bridge estimate is not finite: the proposal and the posterior do "
+            "not overlap (check the draws and the model)")
     elif not cv <= MAX_CV:
-        warn(
-            messages,
-            f"the relative error of the evidence is large: sqrt(RE²) = {cv:.3g} > {MAX_CV} "
+        say(f"the relative error of the evidence is large: sqrt(RE²) = {cv:.3g} > {MAX_CV} "
             "(Frühwirth-Schnatter 2004). Use more draws, or method='warp3' for skewed "
-            "posteriors.",
-        )
+            "posteriors.")
     if divergences:
-        warn(messages, f"{divergences} divergent NUTS transitions in the posterior draws: they "
-             "may not represent the posterior, which biases the evidence. Reparameterise (e.g. "
-             "non-centred) or raise target_accept.")
+        say(f"{divergences} divergent NUTS transitions in the posterior draws: they "
+            "may not represent the posterior, which biases the evidence. Reparameterise (e.g. "
+            "non-centred) or raise target_accept.")
     if np.isfinite(rhat) and rhat > MAX_RHAT:
-        warn(messages, f"the chains disagree: R-hat of the log posterior density is {rhat:.3f} "
-             f"> {MAX_RHAT}; the draws may not represent the posterior (several modes?)")
+        say(f"the chains disagree: R-hat of the log posterior density is {rhat:.3f} "
+            f"> {MAX_RHAT}; the draws may not represent the posterior (several modes?)")
     if np.isfinite(ess) and ess < MIN_ESS:
-        warn(messages, f"only {ess:.0f} effective posterior draws enter the iteration "
-             f"(< {MIN_ESS}); the evidence and its error are unreliable. Use more draws.")
+        say(f"only {ess:.0f} effective posterior draws enter the iteration "
+            f"(< {MIN_ESS}); the evidence and its error are unreliable. Use more draws.")
 
-    diagnostics = pd.DataFrame(
-        {
-            "method": [method],
-            "iterations": [result.iterations],
-            "converged": [result.converged],
-            "final_change": [result.final_change],
-            "n_chains": [n_chain],
-            "n_fit": [X_fit.shape[0]],
-            "n_iter": [n1],
-            "n_proposal": [n2],
-            "ess": [ess],
-            "ess_f2": [ess_f2],
-            "s1": [float(np.exp(log_s1))],
-            "s2": [float(np.exp(log_s2))],
-            "rhat_log_posterior": [rhat],
-            "proposal_log_det": [2 * proposal.log_det_chol],
-            "proposal_condition_number": [proposal.condition_number],
-            "proposal_jitter": [proposal.jitter],
-            "re2_proposal": [re2_prop],
-            "re2_posterior": [re2_post],
-            "re2": [re2],
-            "cv": [cv],
-            "nonfinite_posterior": [nonfinite_post],
-            "nonfinite_proposal": [nonfinite_prop],
-            "divergences": [divergences],
-        },
-        index=pd.Index([0], name="bridge"),
-    )
+
+def _named_draws(model, posterior: xr.Dataset) -> dict:
+    """The posterior's free variables and deterministics as (chain, draw, ...) arrays."""
     names = [rv.name for rv in model.free_RVs + model.deterministics]
-    draws_out = {
+    return {
         name: np.asarray(posterior[name].transpose("chain", "draw", ...).values)
         for name in names
         if name in posterior.data_vars
     }
-    sample_stats = {
-        "log_prior": log_prior_all.reshape(n_chain, n_draw),
-        "log_likelihood": log_lik_all.reshape(n_chain, n_draw),
-    }
-    settings = {
-        "method": method,
-        "sampled": sampled,
-        "draws": int(n_draw),
-        "tune": tune if sampled else None,
-        "sample_kwargs": {k: str(v) for k, v in sample_kwargs.items()} if sampled else None,
-        "chains": int(n_chain),
-        "proposal_draws": int(n2),
-        "max_iter": max_iter,
-        "tol": float(tol),
-        "backend": backend,
-        "random_seed": random_seed if isinstance(random_seed, (int, type(None))) else "given",
-        "dim": int(d),
-    }
-    t_end = time.perf_counter()
-    return EvidenceResult(
-        method="bridge",
-        log_evidence=float(log_z),
-        se=cv,
-        model_name=model.name or "",
-        diagnostics=diagnostics,
-        posterior=draws_out,
-        sample_stats=sample_stats,
-        estimates={
-            "re2": float(re2),
-            "cv": cv,
-            "log_evidence_first_iteration": float(result.path[0]),
-        },
-        settings=settings,
-        timing={
-            "density": t_density - t_start,
-            "sampling": t_sampling - t_density,
-            "evaluation": t_evaluation - t_sampling,
-            "iteration": t_iteration - t_evaluation,
-            "total": t_end - t_start,
-        },
-        warnings=messages,
-    )
 
 
 def _divergences(idata) -> int:
     """Number of divergent transitions recorded in ``idata``'s sample_stats (0 if none)."""
-    stats = None
-    if hasattr(idata, "children") and "sample_stats" in getattr(idata, "children", {}):
-        stats = idata["sample_stats"].to_dataset()
-    elif hasattr(idata, "groups") and "sample_stats" in idata.groups():
-        stats = idata["sample_stats"]
+    groups = _compat.arviz_groups(idata) if _compat.is_arviz_data(idata) else {}
+    stats = groups.get("sample_stats")
     if stats is None or "diverging" not in stats:
         return 0
     return int(np.asarray(stats["diverging"].values).sum())

@@ -10,7 +10,7 @@ The algorithm itself, for any sampler on any partition and with no PyMC, is
 HMC moves within a model and, between models, independence proposals (a multivariate t fitted
 to each model's pilot posterior draws) or, for MLPs nested by hidden units, Liang's birth/death
 moves (:mod:`._birth_death`); and it turns the learnt ĝ into one
-:class:`~pymc_evidence.EvidenceResult` per model.
+:class:`~pymc_evidence.CMCResult` per model.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from pymc_evidence._constants import DENSE_METRIC_MAX_DIM
 from pymc_evidence._parallel import one_blas_thread
 from pymc_evidence._progress import progress_bar
 from pymc_evidence._random import as_generator
-from pymc_evidence._validation import named_models
+from pymc_evidence._validation import integer, named_models, number
 from pymc_evidence.density import get_density
 from pymc_evidence.estimators._birth_death import (
-    BirthDeath, FixedUnits, LiangUnits, StandardNormalUnits, check_nested, pooled_units, unit_layout,
+    BirthDeath, FixedUnits, LiangUnits, StandardNormalUnits, validate_nested, pooled_units, unit_layout,
 )
 from pymc_evidence.estimators._cmc_core import CMCCoreResult, cmc_core, delta_schedule
-from pymc_evidence.results import EvidenceResult, warn
+from pymc_evidence.results import CMCResult, warn
 
 __all__ = ["cmc"]
 
@@ -84,7 +84,7 @@ class _Pilot(NamedTuple):
     acceptance: float
 
 
-def _pilot(rng, density, n_chains, n_anneal, n_sweeps, kernel_options) -> _Pilot:
+def _pilot(rng, density, n_chains, n_anneal, n_sweeps, kernel_settings) -> _Pilot:
     """Approximate posterior draws of one model: anneal prior draws to λ = 1 with HMC moves.
 
     The draws only shape the between-model proposal and the within-model HMC metric; CMC's
@@ -103,12 +103,12 @@ def _pilot(rng, density, n_chains, n_anneal, n_sweeps, kernel_options) -> _Pilot
     acceptance = []
     for lam in ladder:
         metric = kernels.Metric.from_population(state.position, weights, dense)
-        state, stats = kernels.mutate(rng, state, density, lam, metric, step_size, **kernel_options)
+        state, stats = kernels.mutate(rng, state, density, lam, metric, step_size, **kernel_settings)
         step_size = stats.step_size
     draws = []
     for _ in range(n_sweeps):
         metric = kernels.Metric.from_population(state.position, weights, dense)
-        state, stats = kernels.mutate(rng, state, density, 1.0, metric, step_size, **kernel_options)
+        state, stats = kernels.mutate(rng, state, density, 1.0, metric, step_size, **kernel_settings)
         step_size = stats.step_size
         acceptance.append(stats.acceptance)
         draws.append(state.position)
@@ -349,15 +349,16 @@ def cmc(
 
     Returns
     -------
-    dict of {str: EvidenceResult}
+    dict of {str: CMCResult}
         One result per model, in the given order, ready for ``compare``'s table.
         ``log_evidence`` = log p̂_i + anchor, where p̂_i is the mean over replicas of
         ĝ_i / Σ_j ĝ_j; ``se`` is the SE of log p̂_i from the spread between replicas (the
-        anchor's uncertainty, common to all models, is in ``estimates["anchor_se"]``).
-        ``estimates`` holds ``probability`` and ``probability_se`` (posterior model probability,
-        uniform model prior), ``log_g`` (normalised), ``frequency`` (visits in the last stage),
+        anchor's uncertainty, common to all models, is ``anchor_se``). The other fields:
+        ``probability`` and ``probability_se`` (posterior model probability, uniform model
+        prior), ``log_g`` (normalised), ``frequency`` (visits in the last stage),
         ``between_acceptance``, ``within_acceptance``, ``anchor``, ``anchor_se``,
-        ``is_log_evidence`` and ``is_se`` (the importance-sampling check); with ``mlp_layer``
+        ``importance_log_evidence`` and ``importance_se`` (the importance-sampling check);
+        each model's result has its own copy of ``settings``; with ``mlp_layer``
         also ``hidden_units``, ``birth_acceptance`` and ``death_acceptance`` (of the moves out
         of this model; NaN for the largest / smallest model).
         ``diagnostics``: one row per stage (δ, iterations, S_k, log ĝ, its SE, visiting
@@ -417,8 +418,10 @@ def cmc(
     names = list(named)
     if len(names) < 2:
         raise ValueError(f"cmc needs at least two models to compare, got {len(names)}")
-    _validate_cmc(n_chains, delta_1, delta_end, stage_length, growth, n_pilot, anchor_draws)
-    layer, hidden, model_proposal, Q = _check_moves(named, mlp_layer, unit_proposal, model_proposal)
+    _validate_arguments(n_chains, delta_1, delta_end, stage_length, growth, stability_tol, n_pilot,
+                        proposal_nu, anchor_draws, target_accept, trajectory_length, max_leapfrog,
+                        path_every)
+    layer, hidden, model_proposal, Q = _validate_moves(named, mlp_layer, unit_proposal, model_proposal)
     settings = dict(
         models=names, n_chains=int(n_chains), delta_1=delta_1, delta_end=delta_end,
         stage_length=int(stage_length), growth=growth, stability_tol=stability_tol,
@@ -444,45 +447,42 @@ def cmc(
     timing["total"] = time.perf_counter() - start
     sample_stats = _path_stats(run.core)
     return {
-        name: EvidenceResult(
-            method="cmc",
+        name: CMCResult(
             log_evidence=float(summary.log_evidence[i]),
             se=float(summary.log_p_se[i]),
             model_name=name,
             diagnostics=_stage_diagnostics(run, i, layer),
             posterior=_pilot_posterior(densities[i], pilots[i]),
             sample_stats=dict(sample_stats),
-            estimates=_model_estimates(summary, run, i, hidden),
             settings=settings,
             timing=timing,
-            warnings=list(messages),
+            warnings=messages,
+            **_model_fields(summary, run, i, hidden),
         )
         for i, name in enumerate(names)
     }
 
 
-def _validate_cmc(n_chains, delta_1, delta_end, stage_length, growth, n_pilot, anchor_draws):
-    """Reject numerical options out of range, before anything is compiled."""
-    if int(n_chains) != n_chains or n_chains < 2:
-        raise ValueError(
-            f"n_chains must be an integer >= 2 (independent replicas give the standard error), "
-            f"got {n_chains!r}"
-        )
-    if not (isinstance(delta_1, (int, float)) and delta_1 > 0):
-        raise ValueError(f"delta_1 must be positive, got {delta_1!r}")
-    if not (isinstance(delta_end, (int, float)) and 0 < delta_end <= delta_1):
-        raise ValueError(f"delta_end must be in (0, delta_1={delta_1}], got {delta_end!r}")
-    if int(stage_length) != stage_length or stage_length < 10:
-        raise ValueError(f"stage_length must be an integer >= 10, got {stage_length!r}")
-    if not growth >= 1:
-        raise ValueError(f"growth must be at least 1, got {growth!r}")
-    if int(n_pilot) != n_pilot or n_pilot < 8:
-        raise ValueError(f"n_pilot must be an integer >= 8, got {n_pilot!r}")
-    if int(anchor_draws) != anchor_draws or anchor_draws < 0:
-        raise ValueError(f"anchor_draws must be a non-negative integer, got {anchor_draws!r}")
+def _validate_arguments(n_chains, delta_1, delta_end, stage_length, growth, stability_tol,
+                        n_pilot, proposal_nu, anchor_draws, target_accept, trajectory_length,
+                        max_leapfrog, path_every):
+    """Raise on a numerical option of the wrong type or out of range, before any compiling."""
+    integer("n_chains", n_chains, 2, why=" (independent replicas give the standard error)")
+    number("delta_1", delta_1, low=0, low_open=True)
+    number("delta_end", delta_end, low=0, high=delta_1, low_open=True, why=" (delta_1)")
+    integer("stage_length", stage_length, 10)
+    number("growth", growth, low=1)
+    number("stability_tol", stability_tol, low=0, low_open=True, optional=True)
+    integer("n_pilot", n_pilot, 8)
+    number("proposal_nu", proposal_nu, low=0, low_open=True)
+    integer("anchor_draws", anchor_draws, 0)
+    number("target_accept", target_accept, low=0, high=1, low_open=True, high_open=True)
+    number("trajectory_length", trajectory_length, low=0, low_open=True)
+    integer("max_leapfrog", max_leapfrog, 1)
+    integer("path_every", path_every, 1)
 
 
-def _check_moves(named: dict, mlp_layer, unit_proposal, model_proposal):
+def _validate_moves(named: dict, mlp_layer, unit_proposal, model_proposal):
     """Check the between-model moves asked for, before anything is compiled.
 
     Returns the MLP layer and each model's hidden units (both None without ``mlp_layer``),
@@ -490,7 +490,7 @@ def _check_moves(named: dict, mlp_layer, unit_proposal, model_proposal):
     """
     layer, hidden = None, None
     if mlp_layer is not None:
-        layer, hidden = check_nested(named, mlp_layer)
+        layer, hidden = validate_nested(named, mlp_layer)
         if unit_proposal not in UNIT_PROPOSALS:
             raise ValueError(
                 f"unit_proposal must be one of {list(UNIT_PROPOSALS)}, got {unit_proposal!r}"
@@ -526,10 +526,10 @@ def _pilot_moves(rng, densities, layer, settings: dict):
     Returns the pilots, each model's independence proposal, the between-model move and each
     model's HMC settings (step size, metric, mean leapfrog steps, their maximum).
     """
-    kernel_options = {
+    kernel_settings = {
         k: settings[k] for k in ("target_accept", "trajectory_length", "max_leapfrog")
     }
-    pilots = [_pilot(rng, d, settings["n_pilot"], 8, 4, kernel_options) for d in densities]
+    pilots = [_pilot(rng, d, settings["n_pilot"], 8, 4, kernel_settings) for d in densities]
     proposals = [MultivariateT.fit(p.draws, nu=settings["proposal_nu"]) for p in pilots]
     if layer is None:
         between = _IndependenceMove(proposals)
@@ -717,25 +717,26 @@ def _stage_diagnostics(run: _Run, i: int, layer) -> pd.DataFrame:
     return diagnostics
 
 
-def _model_estimates(summary: _Summary, run: _Run, i: int, hidden) -> dict:
-    """Model i's ``estimates``; with birth/death moves (``hidden`` given) also its hidden units
+def _model_fields(summary: _Summary, run: _Run, i: int, hidden) -> dict:
+    """Model i's own :class:`CMCResult` fields; with birth/death moves (``hidden`` given) also its hidden units
     and the acceptance of its births and deaths."""
-    estimates = {
+    own = {
         "probability": float(summary.probability[i]),
         "probability_se": float(summary.probability_se[i]),
         "log_g": float(summary.log_p[i]), "frequency": float(summary.frequency[:, i].mean()),
         "between_acceptance": float(summary.between_acceptance[i]),
         "within_acceptance": float(summary.within_acceptance[i]),
         "anchor": summary.anchor, "anchor_se": summary.anchor_se,
-        "is_log_evidence": float(summary.is_log_z[i]), "is_se": float(summary.is_se[i]),
+        "importance_log_evidence": float(summary.is_log_z[i]),
+        "importance_se": float(summary.is_se[i]),
         "n_iterations": int(run.core.stage_iterations.sum()),
     }
     if hidden is not None:
         accepted, proposed = run.counts.accepted, run.counts.proposed
-        estimates["hidden_units"] = int(hidden[i])
-        estimates["birth_acceptance"] = _rate(accepted, proposed, i, i + 1)
-        estimates["death_acceptance"] = _rate(accepted, proposed, i, i - 1)
-    return estimates
+        own["hidden_units"] = int(hidden[i])
+        own["birth_acceptance"] = _rate(accepted, proposed, i, i + 1)
+        own["death_acceptance"] = _rate(accepted, proposed, i, i - 1)
+    return own
 
 
 def _rate(accepted, proposed, i, j) -> float:

@@ -28,7 +28,7 @@ from pymc_evidence._random import as_generator
 from pymc_evidence._validation import choice, integer, number, resolve_model
 from pymc_evidence.density import get_density
 from pymc_evidence.estimators import _mackay
-from pymc_evidence.results import EvidenceResult, warn
+from pymc_evidence.results import LaplaceResult, warn
 from pymc_evidence.symmetry import MLPLayer, align_units, as_layers, mlp_symmetry
 
 __all__ = ["laplace"]
@@ -103,7 +103,7 @@ def laplace(
     random_seed=None,
     progressbar: bool = True,
     backend: str = "c",
-) -> EvidenceResult:
+) -> LaplaceResult:
     r"""Laplace approximation to the log evidence, summed over the posterior's distinct modes.
 
     At each mode :math:`\theta^*` of the log joint :math:`\log p(\theta, D) = \log p(\theta) +
@@ -193,7 +193,7 @@ def laplace(
 
     Returns
     -------
-    EvidenceResult
+    LaplaceResult
         ``method="laplace"``, ``se=0`` (the approximation's error is not a sampling error).
         ``diagnostics`` has one row per distinct mode (index ``"mode"``, best first):
         ``log_evidence`` (the mode's contribution incl. :math:`\log S`; NaN if excluded),
@@ -278,16 +278,8 @@ def laplace(
     Bishop, C. M. (1995). Neural Networks for Pattern Recognition, §10.6, pp. 434–436.
     """
     t_start = time.perf_counter()
-    restarts = integer("restarts", restarts, 0)
-    draws = integer("draws", draws, 0)
-    choice("framework", framework, FRAMEWORKS)
-    if framework == "fixed" and (groups is not None or noise is not None):
-        raise ValueError("groups and noise are options of framework='mackay'")
-    integer("symmetry", symmetry, 1, optional=True, why=" (a count of equivalent modes)")
-    number("merge_distance", merge_distance, low=0)
-    if restarts == 0 and start is None:
-        raise ValueError("nothing to optimise: give restarts >= 1 or a start point")
-
+    restarts, draws = _validate_arguments(restarts, start, symmetry, framework, groups, noise,
+                                          merge_distance, draws)
     model = resolve_model(model)
     rng = as_generator(random_seed)
     density = get_density(model, backend=backend)
@@ -299,79 +291,24 @@ def laplace(
     t_density = time.perf_counter()
 
     messages: list[str] = []
-    if framework == "fixed":
-        candidates, n_start = _fixed_modes(density, rng, restarts, start, progressbar)
-    else:
-        candidates, n_start = _mackay_modes(
-            density, rng, restarts, start, groups, noise, progressbar
-        )
-    if n_start > len(candidates):
-        warn(messages, f"{n_start - len(candidates)} of {n_start} starting points had a "
-             "non-finite log density and were skipped")
-    modes = _merge(density, layers, candidates, merge_distance)
+    modes, n_start = _distinct_modes(density, rng, framework, restarts, start, groups, noise,
+                                     layers, merge_distance, progressbar, messages)
     t_modes = time.perf_counter()
 
-    # ---------------------------------------------------------------- evidence per mode
     contributions = np.array([m.log_evidence(log_symmetry) for m in modes])
     included = np.isfinite(contributions)
     order = np.argsort(np.where(included, -contributions, np.inf), kind="stable")
-    for rank, i in enumerate(order):  # ranks are the diagnostics' row labels
-        m = modes[i]
-        if m.notes:
-            excluded = "" if np.isfinite(contributions[i]) else "; left out of the sum"
-            notes = "; ".join(note.rstrip(".") for note in dict.fromkeys(m.notes))
-            warn(messages, f"mode {rank}: {notes}{excluded}")
-        elif not m.positive_definite:
-            warn(
-                messages,
-                f"mode {rank} (log joint {m.log_joint:.4f}, {len(m.starts)} hit(s)): the "
-                f"Hessian H = -∇∇ log p is not positive definite (smallest eigenvalue "
-                f"{m.eigenvalues[0]:.4g}); the point is a saddle or has a flat direction, so it "
-                "has no Laplace approximation and is left out of the sum. More restarts may "
-                "find the modes around it.",
-            )
-        elif not np.isfinite(contributions[i]):
-            warn(messages, f"mode {rank}: its log evidence is not finite; left out of the sum")
-        elif not m.converged:
-            warn(
-                messages,
-                f"mode {rank}: the optimiser stopped short of the mode (Newton decrement "
-                f"{m.decrement:.3g} nats; {m.extra.get('message', '')}); its evidence is "
-                "approximate",
-            )
-    if included.any():
-        log_evidence = float(logsumexp(contributions[included]))
-        weights = np.where(included, np.exp(contributions - log_evidence), 0.0)
-    else:
-        log_evidence = np.nan
-        weights = np.zeros(len(modes))
-        warn(messages, "no positive-definite mode was found: the Laplace log evidence is NaN. "
-             "Try more restarts or check the model for unidentified directions.")
-
-    diagnostics = _diagnostics(
-        density, modes, contributions, weights, included, order, log_symmetry
-    )
+    _warn_about_modes(messages, modes, contributions, order)
+    log_evidence, weights = _sum_over_modes(contributions, included, messages)
 
     posterior = None
     if draws and included.any():
         posterior = _laplace_draws(density, [modes[i] for i in order if included[i]],
                                    weights[order][included[order]], draws, rng)
-
-    mode_values = (
-        density.to_constrained(np.stack([modes[i].x for i in order])) if modes else None
-    )
-
-    estimates = {
-        "log_evidence_top_mode": float(contributions[order[0]]) if included.any() else np.nan,
-        "log_symmetry": log_symmetry,
-        "n_modes": float(len(modes)),
-        "n_optimisations": float(n_start),
-    }
+    hyperparameters = {}
     if framework == "mackay" and included.any():
-        top = modes[order[0]]
-        for key, value in top.extra.items():
-            if key.startswith(("alpha_", "beta", "gamma_")):
-                estimates[key] = float(value)
+        hyperparameters = {key: float(value) for key, value in modes[order[0]].extra.items()
+                           if key.startswith(("alpha_", "beta", "gamma_"))}
     settings = {
         "restarts": restarts,
         "start": None if start is None else "given",
@@ -387,14 +324,18 @@ def laplace(
         "dim": density.dim,
     }
     t_end = time.perf_counter()
-    return EvidenceResult(
-        method="laplace",
+    return LaplaceResult(
         log_evidence=log_evidence,
         se=0.0,
         model_name=model.name or "",
-        diagnostics=diagnostics,
+        diagnostics=_diagnostics(density, modes, contributions, weights, included, order,
+                                 log_symmetry),
         posterior=posterior,
-        estimates=estimates,
+        log_evidence_top_mode=float(contributions[order[0]]) if included.any() else np.nan,
+        log_symmetry=log_symmetry,
+        n_modes=len(modes),
+        n_optimisations=n_start,
+        hyperparameters=hyperparameters,
         settings=settings,
         timing={
             "density": t_density - t_start,
@@ -402,8 +343,80 @@ def laplace(
             "total": t_end - t_start,
         },
         warnings=messages,
-        modes=mode_values,
+        modes=density.to_constrained(np.stack([modes[i].x for i in order])) if modes else None,
     )
+
+
+# --------------------------------------------------------------------------- steps
+def _validate_arguments(restarts, start, symmetry, framework, groups, noise, merge_distance,
+                        draws) -> tuple[int, int]:
+    """Raise on a bad argument before any work; returns ``restarts`` and ``draws`` as ints."""
+    restarts = integer("restarts", restarts, 0)
+    draws = integer("draws", draws, 0)
+    choice("framework", framework, FRAMEWORKS)
+    if framework == "fixed" and (groups is not None or noise is not None):
+        raise ValueError("groups and noise are options of framework='mackay'")
+    integer("symmetry", symmetry, 1, optional=True, why=" (a count of equivalent modes)")
+    number("merge_distance", merge_distance, low=0)
+    if restarts == 0 and start is None:
+        raise ValueError("nothing to optimise: give restarts >= 1 or a start point")
+    return restarts, draws
+
+
+def _distinct_modes(density, rng, framework, restarts, start, groups, noise, layers,
+                    merge_distance, progressbar, messages):
+    """The distinct modes (symmetry copies merged) and the number of optimisations run."""
+    if framework == "fixed":
+        candidates, n_start = _fixed_modes(density, rng, restarts, start, progressbar)
+    else:
+        candidates, n_start = _mackay_modes(
+            density, rng, restarts, start, groups, noise, progressbar
+        )
+    if n_start > len(candidates):
+        warn(messages, f"{n_start - len(candidates)} of {n_start} starting points had a "
+             "non-finite log density and were skipped", stacklevel=4)
+    return _merge(density, layers, candidates, merge_distance), n_start
+
+
+def _warn_about_modes(messages, modes, contributions, order):
+    """One warning per mode that is left out of the sum or only approximate, by rank."""
+    for rank, i in enumerate(order):  # ranks are the diagnostics' row labels
+        m = modes[i]
+        if m.notes:
+            excluded = "" if np.isfinite(contributions[i]) else "; left out of the sum"
+            notes = "; ".join(note.rstrip(".") for note in dict.fromkeys(m.notes))
+            warn(messages, f"mode {rank}: {notes}{excluded}", stacklevel=4)
+        elif not m.positive_definite:
+            warn(
+                messages,
+                f"mode {rank} (log joint {m.log_joint:.4f}, {len(m.starts)} hit(s)): the "
+                f"Hessian H = -∇∇ log p is not positive definite (smallest eigenvalue "
+                f"{m.eigenvalues[0]:.4g}); the point is a saddle or has a flat direction, so it "
+                "has no Laplace approximation and is left out of the sum. More restarts may "
+                "find the modes around it.",
+                stacklevel=4,
+            )
+        elif not np.isfinite(contributions[i]):
+            warn(messages, f"mode {rank}: its log evidence is not finite; left out of the sum",
+                 stacklevel=4)
+        elif not m.converged:
+            warn(
+                messages,
+                f"mode {rank}: the optimiser stopped short of the mode (Newton decrement "
+                f"{m.decrement:.3g} nats; {m.extra.get('message', '')}); its evidence is "
+                "approximate",
+                stacklevel=4,
+            )
+
+
+def _sum_over_modes(contributions, included, messages):
+    """log Z = log Σ_modes Z_mode over the included modes, and each mode's share of Z."""
+    if included.any():
+        log_evidence = float(logsumexp(contributions[included]))
+        return log_evidence, np.where(included, np.exp(contributions - log_evidence), 0.0)
+    warn(messages, "no positive-definite mode was found: the Laplace log evidence is NaN. "
+         "Try more restarts or check the model for unidentified directions.", stacklevel=4)
+    return np.nan, np.zeros(len(contributions))
 
 
 # --------------------------------------------------------------------------- helpers

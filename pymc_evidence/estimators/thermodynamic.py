@@ -37,7 +37,7 @@ from pymc_evidence.estimators._stepping_stone import (
     round_increments, round_integration, stepping_stone,
 )
 from pymc_evidence.estimators._tempering import Round, final_draws, power_ladder, run_round
-from pymc_evidence.results import EvidenceResult, warn
+from pymc_evidence.results import ThermodynamicResult, warn
 from pymc_evidence.symmetry import as_layers
 
 __all__ = ["thermodynamic", "power_ladder"]
@@ -100,7 +100,7 @@ def thermodynamic(
     cores: int | None = None,
     random_seed=None,
     progressbar: bool = True,
-) -> EvidenceResult:
+) -> ThermodynamicResult:
     r"""Log evidence by thermodynamic chaining (stepping-stone) and thermodynamic integration.
 
     .. math::
@@ -171,9 +171,9 @@ def thermodynamic(
 
     Returns
     -------
-    EvidenceResult
-        ``log_evidence`` and ``se`` from stepping-stone; ``estimates`` holds the
-        thermodynamic-integration estimate ``ti`` and ``ti_se``; ``diagnostics`` one row per
+    ThermodynamicResult
+        ``log_evidence`` and ``se`` from stepping-stone; ``ti_log_evidence`` and ``ti_se`` the
+        thermodynamic-integration estimate; ``diagnostics`` one row per
         stage (λ, log ratio, its SE, ESS, R-hat across groups, acceptance, step size, mean and
         variance of log L, ...); ``posterior`` the particles at λ = 1 with groups as chains.
 
@@ -240,18 +240,19 @@ def thermodynamic(
     start = time.perf_counter()
     density = get_density(model, backend=backend)
     compiled = time.perf_counter()
-    options = _round_options(settings, density, mlp_layers)
-    settings["mlp_layers"] = [vars(layer) for layer in options["layers"]] or None
+    round_settings = _round_settings(settings, density, mlp_layers)
+    settings["mlp_layers"] = [vars(layer) for layer in round_settings["layers"]] or None
 
     store = StateFile(checkpoint, _checkpoint_key(settings, density, random_seed))
     rounds = _resume(store, rng)
     bar = TemperingBar(progressbar)
     with one_blas_thread():
-        _first_round(rng, store, rounds, density, n_groups, n_particles, ladder, options, bar)
+        _first_round(rng, store, rounds, density, n_groups, n_particles, ladder, round_settings,
+                     bar)
         first_seconds = time.perf_counter() - compiled
         ladder = np.array([0.0] + [s.lam for s in rounds[0].stages])
         groups = _extra_groups(
-            rng, store, rounds, model, density, backend, ladder, options, settings, cores,
+            rng, store, rounds, model, density, backend, ladder, round_settings, settings, cores,
             first_seconds, bar,
         )
     bar.close()
@@ -264,9 +265,9 @@ def thermodynamic(
                    store.earlier)
 
 
-def _round_options(settings, density, mlp_layers) -> dict:
+def _round_settings(settings, density, mlp_layers) -> dict:
     """What every round needs beyond the ladder: the adaptive-ladder and resampling targets,
-    the HMC kernel's options, the MLP layers to align, and the metric's kind."""
+    the HMC kernel's settings, the MLP layers to align, and the metric's kind."""
     mass_matrix = settings["mass_matrix"]
     return dict(
         target_cess=settings["target_cess"],
@@ -299,7 +300,8 @@ def _save(store: StateFile, rng, rounds) -> None:
     store.save({"rng": rng.bit_generator.state, "rounds": rounds})
 
 
-def _first_round(rng, store, rounds, density, n_groups, n_particles, ladder, options, bar):
+def _first_round(rng, store, rounds, density, n_groups, n_particles, ladder, round_settings,
+                 bar):
     """Run (or finish, from a checkpoint) the first round, which fixes the ladder and the
     per-stage tuning every later group reuses; ``rounds[0]`` holds it afterwards."""
     if rounds and rounds[0].stages and rounds[0].stages[-1].lam == 1.0:
@@ -311,12 +313,12 @@ def _first_round(rng, store, rounds, density, n_groups, n_particles, ladder, opt
         _save(store, rng, rounds)
 
     first = rounds[0] if rounds else None
-    rounds[:] = [run_round(rng, density, n_groups, n_particles, ladder, None, options,
+    rounds[:] = [run_round(rng, density, n_groups, n_particles, ladder, None, round_settings,
                            bar.update, partial=first, on_stage=save)]
 
 
-def _extra_groups(rng, store, rounds, model, density, backend, ladder, options, settings, cores,
-                  first_seconds, bar) -> int:
+def _extra_groups(rng, store, rounds, model, density, backend, ladder, round_settings, settings,
+                  cores, first_seconds, bar) -> int:
     """Run more groups on the first round's ladder until the SE reaches ``target_se`` (at most
     ``max_groups``); ``rounds[1:]`` holds them afterwards. Returns the number of groups."""
     n_groups, target_se = settings["n_groups"], settings["target_se"]
@@ -326,7 +328,7 @@ def _extra_groups(rng, store, rounds, model, density, backend, ladder, options, 
     wanted = int(np.ceil(n_groups * (estimate.se / target_se) ** 2 * 1.1))
     extra = min(wanted, settings["max_groups"]) - n_groups
     chunk_args = dict(n_particles=settings["n_particles"], ladder=ladder,
-                      tuning=[s.move for s in rounds[0].stages], options=options)
+                      tuning=[s.move for s in rounds[0].stages], round_settings=round_settings)
     rounds[1:] = _run_chunks(
         rng, store, rounds, model, density, backend, _chunk_sizes(extra, n_groups),
         chunk_args, cores, first_seconds * extra / n_groups, bar,
@@ -344,8 +346,7 @@ def _result(rng, model, density, rounds, ladder, groups, settings, timing, start
     _warn_on_soft_problems(messages, ss, ti, log_ratio_var, rounds, settings["target_se"], n_particles)
     posterior, sample_stats = final_draws(rng, density, rounds, n_particles)
     timing["total"] = time.perf_counter() - start + earlier
-    return EvidenceResult(
-        method="thermodynamic",
+    return ThermodynamicResult(
         log_evidence=ss.log_evidence,
         se=ss.se,
         model_name=model.name,
@@ -353,13 +354,14 @@ def _result(rng, model, density, rounds, ladder, groups, settings, timing, start
         posterior=posterior,
         sample_stats=sample_stats,
         trace=_trace(rounds[0]),
-        estimates={
-            "ti": ti.log_evidence, "ti_se": ti.se, "se_within": ss.se_within,
-            "se_between": ss.se_between,
-            "group_log_sd": float(np.std(ss.per_group[np.isfinite(ss.per_group)], ddof=1))
-            if groups > 1 else np.nan,
-            "n_stages": len(ladder) - 1, "n_groups": groups,
-        },
+        ti_log_evidence=ti.log_evidence,
+        ti_se=ti.se,
+        se_within=ss.se_within,
+        se_between=ss.se_between,
+        group_log_sd=float(np.std(ss.per_group[np.isfinite(ss.per_group)], ddof=1))
+        if groups > 1 else np.nan,
+        n_stages=len(ladder) - 1,
+        n_groups=groups,
         settings=settings,
         timing=timing,
         warnings=messages,
