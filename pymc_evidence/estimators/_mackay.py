@@ -17,6 +17,7 @@ the model's compiled density: with the prior known to be Gaussian (checked numer
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from pytensor.graph.traversal import ancestors
@@ -197,6 +198,46 @@ def gaussian_noise(density, noise) -> GaussianNoise | None:
     return GaussianNoise(noise, float(sigma_value.ravel()[0]) ** -2, n_obs)
 
 
+class _Penalised(NamedTuple):
+    """The log joint ``−M(w)`` at given hyperparameters α (per group) and β (noise): its
+    value with gradient, and its negative Hessian, for the optimisers."""
+
+    density: object
+    groups: GaussianGroups
+    noise: GaussianNoise | None
+
+    def parts(self, x, alpha, beta):
+        """log prior, log likelihood and their gradients at ``x``."""
+        values = self.density(x[None, :])
+        ll, gl = float(values.log_likelihood[0]), np.asarray(values.grad_log_likelihood[0], float)
+        lp, gp = self.groups.log_prior(x, alpha)
+        if self.noise is not None and np.isfinite(ll):
+            e_d = self.noise.error(ll)
+            ll = 0.5 * self.noise.n_obs * (np.log(beta) - LOG_2PI) - beta * e_d
+            gl = gl * (beta / self.noise.beta0)
+        return lp, ll, gp, gl
+
+    def objective(self, alpha, beta):
+        def objective(x):
+            lp, ll, gp, gl = self.parts(x, alpha, beta)
+            return lp + ll, gp + gl
+
+        return objective
+
+    def hessian(self, alpha, beta):
+        """∇∇ log p(w, D | α, β) as a function of w."""
+        d = self.density.dim
+        scale = 1.0 if self.noise is None else beta / self.noise.beta0
+        alpha_coord = self.groups.per_coordinate(alpha, d)
+        alpha0_coord = self.groups.per_coordinate(self.groups.alpha0, d)
+
+        def hessian(x):
+            h_data = -(self.density.hessian(x) + np.diag(alpha0_coord))  # −∇∇ log lik at β⁰
+            return -(scale * h_data + np.diag(alpha_coord))
+
+        return hessian
+
+
 def fit_mode(
     density,
     groups: GaussianGroups,
@@ -208,79 +249,27 @@ def fit_mode(
     tol: float = 1e-8,
 ) -> MacKayFit:
     """From ``x0``, alternate the mode of ``M(w)`` and the updates (10) to a fixed point."""
-    d = density.dim
+    penalised = _Penalised(density, groups, noise)
     alpha = groups.alpha0.copy()
     beta = noise.beta0 if noise is not None else None
-    alpha0_coord = groups.per_coordinate(groups.alpha0, d)
     notes: list[str] = []
-
-    def parts(x, alpha, beta):
-        values = density(x[None, :])
-        ll, gl = float(values.log_likelihood[0]), np.asarray(values.grad_log_likelihood[0], float)
-        lp, gp = groups.log_prior(x, alpha)
-        if noise is not None and np.isfinite(ll):
-            e_d = noise.error(ll)
-            ll = 0.5 * noise.n_obs * (np.log(beta) - LOG_2PI) - beta * e_d
-            gl = gl * (beta / noise.beta0)
-        return lp, ll, gp, gl
-
-    def objective_for(alpha, beta):
-        def objective(x):
-            lp, ll, gp, gl = parts(x, alpha, beta)
-            return lp + ll, gp + gl
-
-        return objective
-
-    def neg_hessian_for(alpha, beta):
-        scale = 1.0 if noise is None else beta / noise.beta0
-        alpha_coord = groups.per_coordinate(alpha, d)
-
-        def neg_hessian(x):
-            h_data = -(density.hessian(x) + np.diag(alpha0_coord))  # −∇∇ log lik at β⁰
-            return scale * h_data + np.diag(alpha_coord)
-
-        return neg_hessian
-
     x = np.asarray(x0, float)
     converged, valid = False, True
     iterations = 0
     for iterations in range(1, max_iter + 1):
-        objective = objective_for(alpha, beta)
-        neg_hessian = neg_hessian_for(alpha, beta)
+        objective = penalised.objective(alpha, beta)
+        hessian = penalised.hessian(alpha, beta)
         if iterations == 1:  # from a prior draw: L-BFGS-B, then Newton
             opt = maximize(objective, x, start=start)
-            opt, hess = newton_polish(objective, lambda z: -neg_hessian(z), opt)
+            opt, hess = newton_polish(objective, hessian, opt)
         else:  # from the previous mode: Newton steps usually suffice
-            opt, hess = climb(objective, lambda z: -neg_hessian(z), x, start=start)
+            opt, hess = climb(objective, hessian, x, start=start)
         x = opt.x
-        A = -hess
-        try:
-            a_inv = np.linalg.inv(np.linalg.cholesky(A))
-        except np.linalg.LinAlgError:
-            notes.append("the Hessian A is not positive definite at the mode of M(w), so the "
-                         "hyperparameters could not be re-estimated (eq. 10)")
+        alpha_new, beta_new, note = _reestimate(density, groups, noise, x, -hess, alpha, beta)
+        if note:
+            notes.append(note)
             valid = False
             break
-        diag_inv = np.sum(a_inv**2, axis=0)  # diag(A⁻¹) from the inverse Cholesky factor
-        gamma_k = np.array([len(idx) - a * diag_inv[idx].sum()
-                            for idx, a in zip(groups.index, alpha)])
-        sq = np.array([float(x[idx] @ x[idx]) for idx in groups.index])
-        alpha_new = gamma_k / sq
-        pruned = [name for name, g, w, a, a0 in
-                  zip(groups.names, gamma_k, groups.sizes, alpha_new, groups.alpha0)
-                  if not (g > GAMMA_PRUNED * w and a < ALPHA_PRUNED * a0)]
-        if pruned:
-            notes.append(
-                f"group(s) {pruned}: γ_k -> 0 and α_k -> ∞ (the data switch these weights off); "
-                "the evidence framework has no finite optimum of the hyperparameters here and "
-                "eq. 11 does not apply. Remove the group from the model and compare that model."
-            )
-            valid = False
-            break
-        beta_new = beta
-        if noise is not None:
-            e_d = noise.error(float(density(x[None, :]).log_likelihood[0]))
-            beta_new = (noise.n_obs - gamma_k.sum()) / (2 * e_d)
         change = np.max(np.abs(np.log(alpha_new) - np.log(alpha)))
         if noise is not None:
             change = max(change, abs(np.log(beta_new) - np.log(beta)))
@@ -290,20 +279,49 @@ def fit_mode(
             break
 
     # the mode, Hessian and γ at the final hyperparameters
-    objective = objective_for(alpha, beta)
-    neg_hessian = neg_hessian_for(alpha, beta)
-    opt, hess = climb(objective, lambda z: -neg_hessian(z), x, start=start)
+    opt, hess = climb(penalised.objective(alpha, beta), penalised.hessian(alpha, beta), x,
+                      start=start)
     A = -hess
     gamma_k = np.full(len(groups.index), np.nan)
     if np.linalg.eigvalsh(A)[0] > 0:
         diag_inv = np.diag(np.linalg.inv(A))
         gamma_k = np.array([len(idx) - a * diag_inv[idx].sum()
                             for idx, a in zip(groups.index, alpha)])
-    lp, ll, _, _ = parts(opt.x, alpha, beta)
+    lp, ll, _, _ = penalised.parts(opt.x, alpha, beta)
     if not converged and not notes:
         notes.append(f"the hyperparameter re-estimation (eq. 10) did not converge in "
                      f"{max_iter} iterations")
     return MacKayFit(opt, alpha, beta, gamma_k, lp, ll, A, iterations, converged, valid, notes)
+
+
+def _reestimate(density, groups, noise, x, A, alpha, beta):
+    """Eq. 10 at the mode ``x`` with Hessian ``A`` of M: α_k = γ_k / Σ w_k², β = (N − γ) /
+    (2 E_D). Returns ``(α, β, None)``, or ``(None, None, note)`` saying why they cannot be
+    re-estimated."""
+    try:
+        a_inv = np.linalg.inv(np.linalg.cholesky(A))
+    except np.linalg.LinAlgError:
+        return None, None, ("the Hessian A is not positive definite at the mode of M(w), so the "
+                            "hyperparameters could not be re-estimated (eq. 10)")
+    diag_inv = np.sum(a_inv**2, axis=0)  # diag(A⁻¹) from the inverse Cholesky factor
+    gamma_k = np.array([len(idx) - a * diag_inv[idx].sum()
+                        for idx, a in zip(groups.index, alpha)])
+    sq = np.array([float(x[idx] @ x[idx]) for idx in groups.index])
+    alpha_new = gamma_k / sq
+    pruned = [name for name, g, w, a, a0 in
+              zip(groups.names, gamma_k, groups.sizes, alpha_new, groups.alpha0)
+              if not (g > GAMMA_PRUNED * w and a < ALPHA_PRUNED * a0)]
+    if pruned:
+        return None, None, (
+            f"group(s) {pruned}: γ_k -> 0 and α_k -> ∞ (the data switch these weights off); "
+            "the evidence framework has no finite optimum of the hyperparameters here and "
+            "eq. 11 does not apply. Remove the group from the model and compare that model."
+        )
+    beta_new = beta
+    if noise is not None:
+        e_d = noise.error(float(density(x[None, :]).log_likelihood[0]))
+        beta_new = (noise.n_obs - gamma_k.sum()) / (2 * e_d)
+    return alpha_new, beta_new, None
 
 
 def occam_hyper_terms(fit: MacKayFit, noise: GaussianNoise | None) -> float:

@@ -126,13 +126,7 @@ def bic(
     Schwarz, G. (1978). Estimating the dimension of a model. Annals of Statistics 6, 461–464.
     """
     t_start = time.perf_counter()
-    choice("at", at, POINTS)
-    integer("n", n, 1, optional=True, why=" (the number of i.i.d. cases)")
-    integer("k", k, 0, optional=True, why=" (the number of free parameters)")
-    integer("restarts", restarts, 0)
-    if restarts == 0 and start is None:
-        raise ValueError("nothing to optimise: give restarts >= 1 or a start point")
-
+    _validate_arguments(at, n, k, restarts, start)
     model = resolve_model(model)
     rng = as_generator(random_seed)
     density = get_density(model, backend=backend)
@@ -140,45 +134,15 @@ def bic(
     k = density.dim if k is None else int(k)
     t_density = time.perf_counter()
 
-    objective = joint_objective(density) if at == "map" else likelihood_objective(density)
-    starts = starting_points(density, rng, restarts, start)
-    optima = multistart(objective, starts, progressbar=progressbar, desc=f"bic: {at}")
-    messages: list[str] = []
-    finite = [o for o in optima if np.isfinite(o.value)]
-    if not finite:
-        raise RuntimeError(
-            "every optimisation ended at a non-finite log density; BIC cannot be computed"
-        )
-    best = max(finite, key=lambda o: o.value)
-    part = "joint" if at == "map" else "likelihood"
-    best, hess = newton_polish(objective, lambda z: fd_hessian(density, z, part), best)
+    best, hess, heights = _maximise(density, at, rng, restarts, start, progressbar)
     values = density(best.x[None, :])
     log_lik = float(values.log_likelihood[0])
     log_prior = float(values.log_prior[0])
     grad_max = float(np.max(np.abs(best.grad))) if best.grad.size else 0.0
-    eig = np.linalg.eigvalsh(-hess) if hess.size else np.ones(1)
-    if eig[0] > STRICT_RTOL * abs(eig[-1]):
-        decrement = newton_decrement(best.grad, -hess)
-    else:  # not a strict maximum: a flat (unidentified) or unbounded direction
-        decrement = np.inf
+    decrement = _decrement(best, hess)
     converged = bool(decrement < 1e-6)
-    if not converged:
-        warn(
-            messages,
-            f"the optimiser did not converge to a strict maximum of the "
-            f"{'log joint' if at == 'map' else 'log likelihood'} (Newton decrement "
-            f"{decrement:.3g} nats, max |gradient| {grad_max:.3g}; {best.message}): the BIC is "
-            "unreliable. With at='mle' the likelihood may be unbounded or flat in some "
-            "direction (unidentified parameters): try at='map'.",
-        )
-    heights = np.array([o.value for o in finite])
-    if np.any(heights < best.value - 1.0):
-        warn(
-            messages,
-            f"optimisations from different starts ended at different heights (best "
-            f"{best.value:.4f}, worst {heights.min():.4f}): the objective is multimodal; the "
-            "best point was used",
-        )
+    messages: list[str] = []
+    _warn_on_soft_problems(messages, at, best, heights, decrement, grad_max)
     penalty = 0.5 * k * np.log(n)
     log_evidence = log_lik - penalty
     diagnostics = pd.DataFrame(
@@ -223,3 +187,60 @@ def bic(
         },
         warnings=messages,
     )
+
+
+def _validate_arguments(at, n, k, restarts, start) -> None:
+    """Raise on a bad argument before any work."""
+    choice("at", at, POINTS)
+    integer("n", n, 1, optional=True, why=" (the number of i.i.d. cases)")
+    integer("k", k, 0, optional=True, why=" (the number of free parameters)")
+    integer("restarts", restarts, 0)
+    if restarts == 0 and start is None:
+        raise ValueError("nothing to optimise: give restarts >= 1 or a start point")
+
+
+def _maximise(density, at, rng, restarts, start, progressbar):
+    """The best of the multi-start optimisations of the log likelihood (``at="mle"``) or log
+    joint (``"map"``), Newton-polished; its Hessian; the heights every optimisation reached."""
+    objective = joint_objective(density) if at == "map" else likelihood_objective(density)
+    starts = starting_points(density, rng, restarts, start)
+    optima = multistart(objective, starts, progressbar=progressbar, desc=f"bic: {at}")
+    finite = [o for o in optima if np.isfinite(o.value)]
+    if not finite:
+        raise RuntimeError(
+            "every optimisation ended at a non-finite log density; BIC cannot be computed"
+        )
+    best = max(finite, key=lambda o: o.value)
+    part = "joint" if at == "map" else "likelihood"
+    best, hess = newton_polish(objective, lambda z: fd_hessian(density, z, part), best)
+    return best, hess, np.array([o.value for o in finite])
+
+
+def _decrement(best, hess) -> float:
+    """The Newton decrement ½ gᵀH⁻¹g at ``best``: nats still to gain; ∞ where the point is
+    not a strict maximum (a flat, unidentified, or unbounded direction)."""
+    eig = np.linalg.eigvalsh(-hess) if hess.size else np.ones(1)
+    if eig[0] > STRICT_RTOL * abs(eig[-1]):
+        return newton_decrement(best.grad, -hess)
+    return np.inf
+
+
+def _warn_on_soft_problems(messages, at, best, heights, decrement, grad_max) -> None:
+    if not decrement < 1e-6:
+        warn(
+            messages,
+            f"the optimiser did not converge to a strict maximum of the "
+            f"{'log joint' if at == 'map' else 'log likelihood'} (Newton decrement "
+            f"{decrement:.3g} nats, max |gradient| {grad_max:.3g}; {best.message}): the BIC is "
+            "unreliable. With at='mle' the likelihood may be unbounded or flat in some "
+            "direction (unidentified parameters): try at='map'.",
+            stacklevel=4,
+        )
+    if np.any(heights < best.value - 1.0):
+        warn(
+            messages,
+            f"optimisations from different starts ended at different heights (best "
+            f"{best.value:.4f}, worst {heights.min():.4f}): the objective is multimodal; the "
+            "best point was used",
+            stacklevel=4,
+        )
