@@ -15,10 +15,8 @@ This module is the estimator a user calls: validation, the first round, the extr
 from __future__ import annotations
 
 import copy
-import multiprocessing
 import time
 
-import cloudpickle
 import numpy as np
 import pandas as pd
 from scipy.special import logsumexp
@@ -26,9 +24,7 @@ from scipy.stats import chi2
 
 from pymc_evidence._checkpoint import StateFile
 from pymc_evidence._constants import DENSE_METRIC_MAX_DIM
-from pymc_evidence._parallel import (
-    fork_is_safe, local_pool, one_blas_thread, run_tasks, shut_down_after, usable_cpus,
-)
+from pymc_evidence._parallel import fork_is_safe, one_blas_thread, run_tasks, shut_down_after
 from pymc_evidence._progress import TemperingBar
 from pymc_evidence._random import as_generator
 from pymc_evidence._validation import choice, integer, number, resolve_model
@@ -37,14 +33,11 @@ from pymc_evidence.estimators._stepping_stone import (
     round_increments, round_integration, stepping_stone,
 )
 from pymc_evidence.estimators._tempering import Round, final_draws, power_ladder, run_round
+from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
 from pymc_evidence.results import ThermodynamicResult, warn
 from pymc_evidence.symmetry import as_layers
 
 __all__ = ["thermodynamic", "power_ladder"]
-
-#: With ``cores=None``, extra groups run in parallel processes only when they are expected to
-#: take longer than this (seconds, sequentially): each worker starts and compiles the density.
-PARALLEL_MIN_SECONDS = 20.0
 
 
 def _validate_arguments(n_particles, n_groups, target_se, max_groups, ladder, target_cess,
@@ -160,7 +153,7 @@ def thermodynamic(
         Processes for the extra groups that ``target_se`` asks for. They run in chunks of
         ``n_groups`` groups, each chunk with its own random stream, so the result is the same
         for every value of ``cores``. Default: every usable CPU when the extra groups are
-        expected to take more than ``PARALLEL_MIN_SECONDS`` (judged from the first round) and
+        expected to take more than 20 s (judged from the first round) and
         workers can be forked (Linux, no other Python thread running: no
         ``if __name__ == "__main__"`` guard needed) and this is not itself a worker process
         (e.g. of ``compare(executor=...)``), else one. An explicit ``cores > 1`` where forking is
@@ -373,22 +366,10 @@ def _chunk_sizes(extra: int, size: int) -> list[int]:
     return [min(size, extra - start) for start in range(0, extra, size)]
 
 
-#: A chunk worker's compiled density, set once per worker process by :func:`_init_chunk_worker`.
-_worker_density = None
-
-
-def _init_chunk_worker(payload: bytes) -> None:
-    """Compile the density once per worker: the model travels as cloudpickle bytes
-    (PyTensor's on-disk cache makes the compile cheap after the main process's)."""
-    global _worker_density
-    model, backend = cloudpickle.loads(payload)
-    _worker_density = get_density(model, backend=backend)
-
-
 def _run_chunk(seed, n_groups, args) -> Round:
     """Worker side of a parallel chunk."""
     with one_blas_thread():
-        return run_round(np.random.default_rng(seed), _worker_density, n_groups,
+        return run_round(np.random.default_rng(seed), worker_density(), n_groups,
                           progress=_ignore, **args)
 
 
@@ -418,7 +399,8 @@ def _run_chunks(rng, store, rounds, model, density, backend, sizes, args, cores,
 
     todo = [i for i, chunk in enumerate(chunks) if chunk is None]
     fork = fork_is_safe()
-    if _chunk_workers(cores, expected, len(todo), fork) <= 1:
+    workers = n_workers(cores, expected, len(todo), fork)
+    if workers <= 1:
         for i in todo:
             bar.new_round(i + 2)
             chunk = run_round(np.random.default_rng(seeds[i]), density, sizes[i],
@@ -431,24 +413,9 @@ def _run_chunks(rng, store, rounds, model, density, backend, sizes, args, cores,
         bar.new_round(index + 2)
         bar.update(1.0, chunk.stages)
 
-    pool = local_pool(_chunk_workers(cores, expected, len(todo), fork), fork=fork,
-                      initializer=_init_chunk_worker,
-                      initargs=(cloudpickle.dumps((model, backend)),))
-    with shut_down_after(pool):
+    with shut_down_after(density_pool(model, backend, workers, fork)) as pool:
         run_tasks(pool, {i: (_run_chunk, (seeds[i], sizes[i], args)) for i in todo}, collected)
     return chunks
-
-
-def _chunk_workers(cores, expected: float, n_chunks: int, fork: bool) -> int:
-    """Worker processes for ``n_chunks`` chunks expected to take ``expected`` seconds in all."""
-    if cores is None:
-        # Automatic only where no main-script guard is needed, and not inside a worker process
-        # (e.g. of compare's executor), whose caller already keeps the CPUs busy.
-        parallel = fork and multiprocessing.parent_process() is None
-        cores = usable_cpus() if parallel and expected > PARALLEL_MIN_SECONDS else 1
-    if multiprocessing.current_process().daemon:  # daemonic processes cannot have children
-        cores = 1
-    return min(cores, n_chunks)
 
 
 def _trace(first_round: Round) -> pd.DataFrame:
