@@ -24,14 +24,15 @@ from pymc_evidence.estimators.bic import bic
 from pymc_evidence.estimators.bridge import bridge
 from pymc_evidence.estimators.cmc import cmc
 from pymc_evidence.estimators.laplace import laplace
+from pymc_evidence.estimators.nested import nested
 from pymc_evidence.estimators.thermodynamic import thermodynamic
 from pymc_evidence.results import load_result
 
 __all__ = ["compare", "METHODS"]
 
 #: Estimators ``compare`` can run, by name.
-METHODS = {"thermodynamic": thermodynamic, "laplace": laplace, "bic": bic, "bridge": bridge,
-           "cmc": cmc}
+METHODS = {"thermodynamic": thermodynamic, "nested": nested, "laplace": laplace, "bic": bic,
+           "bridge": bridge, "cmc": cmc}
 
 #: Arguments ``compare`` sets itself for every estimator.
 _PASSED_BY_COMPARE = ("model", "models", "random_seed", "progressbar")
@@ -207,7 +208,7 @@ def compare(
     ----------
     models : list of pymc.Model or dict of {str: pymc.Model}
         A list takes names from the models' ``name`` (``model_0``, ``model_1``, ... if unnamed).
-    method : {"thermodynamic", "laplace", "bic", "bridge", "cmc"}, default "thermodynamic"
+    method : {"thermodynamic", "nested", "laplace", "bic", "bridge", "cmc"}, default "thermodynamic"
         ``"cmc"`` runs :func:`~pymc_evidence.cmc` once over all the models (its relative
         evidences come from one joint run; ``executor`` is not used).
     prior_model_probs : dict or sequence of float, optional

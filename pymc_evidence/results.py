@@ -17,7 +17,7 @@ from pymc_evidence import _compat
 
 __all__ = [
     "EvidenceResult", "ThermodynamicResult", "LaplaceResult", "BICResult", "BridgeResult",
-    "CMCResult", "EvidenceWarning", "load_result",
+    "CMCResult", "NestedResult", "EvidenceWarning", "load_result",
 ]
 
 
@@ -206,8 +206,7 @@ class EvidenceResult:
         used the names of :data:`_RENAMED`."""
         types = {f.name: f.type for f in fields(cls) if f.name not in _BASE_FIELDS}
         renamed = {_RENAMED.get(k, k): v for k, v in estimates.items()}
-        return {k: int(v) if types[k] in ("int", "int | None") and v is not None else v
-                for k, v in renamed.items() if k in types}
+        return {k: _as_type(types[k], v) for k, v in renamed.items() if k in types}
 
 
 @dataclass(frozen=True, repr=False)  # keeps the summary as repr
@@ -356,15 +355,61 @@ class CMCResult(EvidenceResult):
     death_acceptance: float = np.nan
 
 
+@dataclass(frozen=True, repr=False)  # keeps the summary as repr
+class NestedResult(EvidenceResult):
+    """:func:`~pymc_evidence.nested`'s result: the mean of independent runs' log evidences.
+
+    Attributes
+    ----------
+    se_within, se_between : float
+        The two parts of the SE: the runs' own nested-sampling errors (simulated log-volume
+        sequences), combined, and the spread between the runs (``se`` is the larger).
+    run_log_evidence, run_se : tuple of float
+        Each run's log evidence and its nested-sampling error.
+    information : float
+        H = KL(posterior ‖ prior) in nats, the mean over runs: NS needs about n_live·H
+        replacements.
+    n_runs, n_live : int
+        Independent runs, and live points per run.
+    n_evaluations : int
+        Density evaluations over all runs.
+    ess : float
+        Kish's effective sample size of the pooled posterior weights.
+    """
+
+    method: ClassVar[str] = "nested"
+
+    se_within: float = np.nan
+    se_between: float = np.nan
+    run_log_evidence: tuple = ()
+    run_se: tuple = ()
+    information: float = np.nan
+    n_runs: int = 0
+    n_live: int = 0
+    n_evaluations: int = 0
+    ess: float = np.nan
+
+
 #: The result type of each method, for reading files back.
 RESULT_TYPES = {cls.method: cls for cls in (
-    ThermodynamicResult, LaplaceResult, BICResult, BridgeResult, CMCResult)}
+    ThermodynamicResult, LaplaceResult, BICResult, BridgeResult, CMCResult, NestedResult)}
 
 _BASE_FIELDS = {f.name for f in fields(EvidenceResult)}
 
 #: Estimate names of files written before results were typed -> field names.
 _RENAMED = {"ti": "ti_log_evidence", "is_log_evidence": "importance_log_evidence",
             "is_se": "importance_se"}
+
+
+def _as_type(annotation: str, value):
+    """A value read from JSON in the type of its field (JSON has no int/float or tuple)."""
+    if value is None:
+        return None
+    if annotation in ("int", "int | None"):
+        return int(value)
+    if annotation == "tuple":
+        return tuple(value)
+    return value
 
 
 def load_result(path) -> EvidenceResult:

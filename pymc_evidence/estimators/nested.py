@@ -1,0 +1,321 @@
+r"""Nested sampling for any PyMC model: the estimator :func:`nested` (Skilling 2006), by nested
+slice sampling on the compiled density (Yallup et al. 2025).
+
+The sampler itself, with no PyMC, is :mod:`._nested_core`; this module runs independent runs of
+it on a model's compiled density until the error bar reaches ``target_se``, and combines them
+into a :class:`~pymc_evidence.NestedResult`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pandas as pd
+from scipy.special import logsumexp
+from scipy.stats import chi2
+
+from pymc_evidence._parallel import one_blas_thread
+from pymc_evidence._progress import progress_bar
+from pymc_evidence._random import as_generator
+from pymc_evidence._validation import integer, number, resolve_model
+from pymc_evidence.density import get_density
+from pymc_evidence.estimators._nested_core import (
+    NestedRun, equal_weight_draws, kish_ess, nested_core,
+)
+from pymc_evidence.results import NestedResult, warn
+
+__all__ = ["nested"]
+
+#: Diagnostics columns, one row per step of every run.
+_STEP_COLUMNS = ("log_threshold", "log_x", "log_z_steps", "log_z_live", "max_log_likelihood",
+                 "evaluations", "shrink_steps", "acceptance", "mean_jump", "n_clusters")
+
+
+def nested(
+    model=None,
+    *,
+    target_se: float | None = 0.1,
+    n_live: int | None = None,
+    num_delete: int | None = None,
+    num_inner_steps: int | None = None,
+    termination: float = 1e-3,
+    n_runs: int = 2,
+    max_runs: int = 16,
+    max_clusters: int = 8,
+    max_steps: int | None = None,
+    backend: str = "c",
+    random_seed=None,
+    progressbar: bool = True,
+) -> NestedResult:
+    r"""Log evidence by nested sampling: independent runs of nested slice sampling.
+
+    Nested sampling writes the evidence as an integral over the prior volume X inside a
+    likelihood contour, :math:`Z = \int_0^1 L(X)\,dX` (Skilling 2006), and estimates it from
+    ``n_live`` points drawn exactly from the prior in the model's unconstrained space: every
+    step the ``num_delete`` points of lowest likelihood die, their volumes shrink by
+    :math:`E[\log t] = -1/n_i`, and they are replaced by survivors moved by
+    ``num_inner_steps`` hit-and-run slice moves on the prior (with its Jacobians) restricted to
+    :math:`L > L^*` (Yallup et al. 2025), all replacements in one batched call of the compiled
+    density; directions come from the covariance of the live points, per cluster where the
+    contour splits into separated modes. Unlike a tempering path there is no phase
+    transition to cross: the compression is by likelihood level, not temperature.
+
+    Each run's error is the spread of log Z over simulated log-volume sequences (Higson et al.
+    2018). Runs are repeated with independent random streams; the estimate is their mean and
+
+    .. math::
+
+        \mathrm{SE} = \max\Bigl(\tfrac1R \sqrt{\textstyle\sum_r s_r^2},\;
+        \operatorname{sd}(\log \hat Z_r)/\sqrt R\Bigr),
+
+    the runs' own errors combined, or their spread if it is larger (modes whose shares the
+    runs do not agree on). More runs are started until the SE is at most ``target_se``.
+
+    Parameters
+    ----------
+    model : pymc.Model, optional
+        Taken from the ``with`` context when omitted.
+    target_se : float or None, default 0.1
+        Run until the SE (nats) is at most this, within ``max_runs`` runs; None: ``n_runs``.
+    n_live : int, optional
+        Live points per run. Default ``max(100, 25 d)`` for d unconstrained parameters:
+        the error of one run is about :math:`\sqrt{H / n_{\rm live}}` (H: information, the
+        KL divergence from prior to posterior, in nats).
+    num_delete : int, optional
+        Points replaced per step, in one batch. Default ``n_live // 10``.
+    num_inner_steps : int, optional
+        Slice moves per replacement. Default ``2 d`` (at least 4).
+    termination : float, default 1e-3
+        Stop a run when the live points hold less than this fraction of its evidence.
+    n_runs : int, default 2
+        Independent runs at first (at least 2: their spread is part of the SE).
+    max_runs : int, default 16
+        Most runs that ``target_se`` may ask for.
+    max_clusters : int, default 8
+        Most clusters of the live points (1: one global covariance).
+    max_steps : int, optional
+        Stop each run after this many steps (a warning says the run did not terminate).
+    backend : {"c", "numba"}, default "c"
+        PyTensor backend for the compiled density.
+    random_seed : int, sequence, numpy.random.Generator or None
+        Same seed, same result.
+    progressbar : bool, default True
+
+    Returns
+    -------
+    NestedResult
+        ``log_evidence`` and ``se`` as above; ``run_log_evidence`` and ``run_se`` per run;
+        ``information`` (H); ``diagnostics`` one row per step of every run (``run``, the
+        threshold ``log_threshold`` = log L*, the expected ``log_x``, ``log_z_steps`` (the
+        evidence of the dead points so far), ``log_z_live`` (the evidence still ahead),
+        ``evaluations``, ``shrink_steps``, ``acceptance`` of the slice moves, ``mean_jump``,
+        ``n_clusters``); ``posterior`` equally weighted draws from the dead points' importance
+        weights, one chain per run; ``sample_stats`` their ``log_likelihood`` and
+        ``log_prior``.
+
+    Warns
+    -----
+    EvidenceWarning
+        When the runs disagree beyond their errors, when a run stopped at ``max_steps``
+        before terminating, or when ``target_se`` was not reached within ``max_runs``.
+
+    Examples
+    --------
+    >>> import pymc as pm, pymc_evidence as pm_evidence
+    >>> with pm.Model() as model:
+    ...     mu = pm.Normal("mu", 0, 1)
+    ...     _ = pm.Normal("y", mu, 1, observed=[0.3, -0.1, 0.5])
+    >>> res = pm_evidence.nested(model, random_seed=1, progressbar=False)
+    >>> abs(res.log_evidence - (-3.5637)) < 3 * res.se   # exact: -3.5637...
+    True
+
+    See Also
+    --------
+    pymc_evidence.thermodynamic : the other sampling estimator, by tempering.
+
+    References
+    ----------
+    Skilling, J. (2006). Nested sampling for general Bayesian computation. Bayesian Analysis
+    1(4), 833–859.
+    Neal, R. M. (2003). Slice sampling. The Annals of Statistics 31(3), 705–767.
+    Higson, E., Handley, W., Hobson, M. and Lasenby, A. (2018). Sampling errors in nested
+    sampling parameter estimation. Bayesian Analysis 13(3), 873–896.
+    Yallup, D., Kroupa, N. and Handley, W. (2025). Nested slice sampling. The algorithm of
+    BlackJAX's ``blackjax.ns``.
+    """
+    start = time.perf_counter()
+    number("target_se", target_se, low=0, low_open=True, optional=True)
+    n_runs = integer("n_runs", n_runs, 2, why=" (the spread between runs is part of the SE)")
+    max_runs = integer("max_runs", max_runs, n_runs, why=" (n_runs)")
+    number("termination", termination, low=0, high=1, low_open=True)
+    integer("max_steps", max_steps, 1, optional=True)
+    integer("max_clusters", max_clusters, 1)
+    model = resolve_model(model)
+    density = get_density(model, backend=backend)
+    settings = _settings(density.dim, n_live, num_delete, num_inner_steps, termination,
+                         target_se, n_runs, max_runs, max_clusters, max_steps, backend,
+                         random_seed)
+    rng = as_generator(random_seed)
+    seeds = rng.integers(2**63, size=max_runs)  # run i's stream, whatever runs before it
+    compiled = time.perf_counter()
+
+    runs: list[NestedRun] = []
+    wanted = n_runs
+    with one_blas_thread():
+        while len(runs) < wanted:
+            runs.append(_one_run(density, seeds[len(runs)], settings, len(runs), progressbar))
+            if len(runs) == wanted and target_se is not None:
+                se = _combine(runs)[1]
+                if se > target_se:
+                    wanted = min(max_runs, max(wanted + 1, math.ceil(
+                        len(runs) * (se / target_se) ** 2 * 1.1)))
+    sampled = time.perf_counter()
+    return _result(rng, model, density, runs, settings,
+                   {"compile": compiled - start, "sampling": sampled - compiled}, start)
+
+
+def _settings(dim, n_live, num_delete, num_inner_steps, termination, target_se, n_runs,
+              max_runs, max_clusters, max_steps, backend, random_seed) -> dict:
+    """Every option, defaults filled in from the dimension, checked against each other."""
+    n_live = integer("n_live", n_live, 8, optional=True)
+    n_live = max(100, 25 * dim) if n_live is None else n_live
+    if n_live <= dim:
+        raise ValueError(f"n_live must be larger than the model's {dim} unconstrained parameters "
+                         f"(the live points' covariance gives the slice directions), got {n_live}")
+    num_delete = integer("num_delete", num_delete, 1, optional=True)
+    num_delete = max(1, n_live // 10) if num_delete is None else num_delete
+    if num_delete >= n_live:
+        raise ValueError(f"num_delete must be smaller than n_live={n_live}, got {num_delete}")
+    num_inner_steps = integer("num_inner_steps", num_inner_steps, 1, optional=True)
+    num_inner_steps = max(4, 2 * dim) if num_inner_steps is None else num_inner_steps
+    return {
+        "n_live": n_live, "num_delete": num_delete, "num_inner_steps": num_inner_steps,
+        "termination": float(termination), "target_se": target_se, "n_runs": n_runs,
+        "max_runs": max_runs, "max_clusters": max_clusters, "max_steps": max_steps,
+        "backend": backend,
+        "random_seed": random_seed if isinstance(random_seed, (int, type(None))) else "given",
+        "dim": dim,
+    }
+
+
+def _one_run(density, seed, settings, index, progressbar) -> NestedRun:
+    """One nested-sampling run from exact prior draws, on its own random stream."""
+    rng = np.random.default_rng(seed)
+
+    def log_density(X):
+        values = density(X)
+        return values.log_prior, values.log_likelihood
+
+    bar = progress_bar(progressbar, desc=f"Nested sampling (run {index + 1})", unit=" steps")
+
+    def show(info):
+        bar.update(1)
+        bar.set_postfix_str(f"log X={info.log_x:.1f}, log Z≈{info.log_z:.2f}")
+
+    try:
+        return nested_core(
+            rng, log_density, density.prior_draws(rng, settings["n_live"]),
+            num_delete=settings["num_delete"], num_inner_steps=settings["num_inner_steps"],
+            termination=settings["termination"], max_steps=settings["max_steps"],
+            max_clusters=settings["max_clusters"], callback=show if bar is not None else None,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _combine(runs: list[NestedRun]) -> tuple[float, float, float, float]:
+    """log Z, SE, and its two parts (within runs, between runs), from the runs."""
+    log_z = np.array([r.log_z for r in runs])
+    se_runs = np.array([r.log_z_se for r in runs])
+    R = len(runs)
+    within = float(np.sqrt(np.sum(se_runs**2)) / R)
+    between = float(np.std(log_z, ddof=1) / np.sqrt(R)) if R > 1 else np.nan
+    return float(np.mean(log_z)), float(np.nanmax([within, between])), within, between
+
+
+def _result(rng, model, density, runs, settings, timing, start) -> NestedResult:
+    log_z, se, within, between = _combine(runs)
+    messages: list[str] = []
+    _warn_on_soft_problems(messages, runs, se, settings)
+    posterior, sample_stats, ess = _posterior(rng, density, runs)
+    timing["total"] = time.perf_counter() - start
+    return NestedResult(
+        log_evidence=log_z,
+        se=se,
+        model_name=model.name or "",
+        diagnostics=_diagnostics(runs),
+        posterior=posterior,
+        sample_stats=sample_stats,
+        se_within=within,
+        se_between=between,
+        run_log_evidence=tuple(float(r.log_z) for r in runs),
+        run_se=tuple(float(r.log_z_se) for r in runs),
+        information=float(np.mean([r.information for r in runs])),
+        n_runs=len(runs),
+        n_live=settings["n_live"],
+        n_evaluations=int(sum(r.n_evaluations for r in runs)),
+        ess=ess,
+        settings=settings,
+        timing=timing,
+        warnings=messages,
+    )
+
+
+def _posterior(rng, density, runs):
+    """Equally weighted draws, one chain per run (as many per run as the smallest run's
+    effective sample size), in the constrained space; and the pooled weights' Kish ESS."""
+    n_draws = max(1, int(min(r.ess for r in runs)))
+    X = np.stack([equal_weight_draws(rng, r, n_draws) for r in runs])  # (run, draw, d)
+    flat = X.reshape(-1, X.shape[-1])
+    constrained = density.to_constrained(flat)
+    posterior = {k: v.reshape((len(runs), n_draws) + v.shape[1:]) for k, v in constrained.items()}
+    values = density(flat)
+    sample_stats = {
+        "log_likelihood": values.log_likelihood.reshape(len(runs), n_draws),
+        "log_prior": values.log_prior.reshape(len(runs), n_draws),
+    }
+    pooled = np.concatenate([r.log_weights - logsumexp(r.log_weights) for r in runs])
+    return posterior, sample_stats, kish_ess(pooled)
+
+
+def _diagnostics(runs) -> pd.DataFrame:
+    """One row per step of every run."""
+    frames = [pd.DataFrame({"run": i, **{c: np.asarray(getattr(r, c)) for c in _STEP_COLUMNS}})
+              for i, r in enumerate(runs)]
+    frame = pd.concat(frames, ignore_index=True)
+    frame.index.name = "step"
+    return frame
+
+
+def _warn_on_soft_problems(messages, runs, se, settings) -> None:
+    log_z = np.array([r.log_z for r in runs])
+    se_runs = np.array([r.log_z_se for r in runs])
+    mean = np.sum(log_z / se_runs**2) / np.sum(se_runs**-2)
+    spread = float(np.sum((log_z - mean) ** 2 / se_runs**2))
+    if len(runs) > 1 and chi2.sf(spread, len(runs) - 1) < 1e-3:
+        warn(messages, f"independent runs disagree beyond their errors (log Z from "
+             f"{log_z.min():.2f} to {log_z.max():.2f}, each ± {np.median(se_runs):.2f}): the "
+             "runs do not agree on the posterior's modes. The SE includes the spread; use more "
+             "live points (n_live) or inner steps (num_inner_steps).", stacklevel=5)
+    # A plateau (every live point at the same likelihood) ends a run completely: the live
+    # points' share is added; only max_steps cuts a run short.
+    unfinished = sum(r.stop_reason == "max_steps" for r in runs)
+    if unfinished:
+        warn(messages, f"{unfinished} of {len(runs)} runs stopped at max_steps="
+             f"{settings['max_steps']} before the live points' share of the evidence fell below "
+             f"termination={settings['termination']}: the estimate is only as good as the "
+             "estimate of the evidence inside the last contour; raise max_steps.", stacklevel=5)
+    if settings["num_inner_steps"] < settings["dim"]:
+        warn(messages, f"num_inner_steps={settings['num_inner_steps']} is below the model's "
+             f"{settings['dim']} parameters: replacements stay close to the survivors they start "
+             "from, the live points stop representing the constrained prior, and the evidence "
+             "runs low by more than its error bar shows (on a 100-d correlated Gaussian with 50 "
+             "steps and 150 live points: 9 SE below the exact value). Keep the default, 2 d.",
+             stacklevel=5)
+    target = settings["target_se"]
+    if target is not None and se > target:
+        warn(messages, f"target_se={target} not reached (SE {se:.3f}) within max_runs="
+             f"{settings['max_runs']}; raise max_runs or n_live.", stacklevel=5)

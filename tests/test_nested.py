@@ -1,0 +1,111 @@
+"""nested(): exact-evidence models within their reported error, reproducibility, validation,
+and its place in compare and the result files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pymc_evidence as pm_evidence
+from pymc_evidence import testing
+from pymc_evidence.results import EvidenceWarning
+
+
+@pytest.fixture(scope="module")
+def regression():
+    model, exact = testing.conjugate_regression(dim=5)
+    result = pm_evidence.nested(model, random_seed=1, progressbar=False)
+    return model, exact, result
+
+
+def test_exact_regression_within_its_error(regression):
+    _, exact, res = regression
+    assert type(res) is pm_evidence.NestedResult and res.method == "nested"
+    assert abs(res.log_evidence - exact) < 3 * res.se, (res.log_evidence, res.se, exact)
+    assert res.se <= 0.1 and not res.warnings  # target_se reached: more runs were started
+    assert res.n_runs == len(res.run_log_evidence) > 2
+    assert res.se == max(res.se_within, res.se_between)
+    assert res.n_live == 125 and res.settings["num_inner_steps"] == 10  # defaults for d = 5
+
+
+def test_diagnostics_and_posterior(regression):
+    model, _, res = regression
+    frame = res.diagnostics
+    assert frame.index.name == "step" and set(frame["run"]) == set(range(res.n_runs))
+    for _, steps in frame.groupby("run"):
+        assert np.all(np.diff(steps["log_x"]) < 0)  # the volume shrinks every step
+        assert np.all(np.diff(steps["log_threshold"]) >= 0)  # the contour only rises
+    draws = res.posterior["w"]
+    assert draws.shape[:2] == (res.n_runs, res.sample_stats["log_likelihood"].shape[1])
+    # The posterior of a conjugate regression is Gaussian with a known mean.
+    X, y = _regression_data(model)
+    precision = np.eye(5) + X.T @ X / 0.5**2
+    mean = np.linalg.solve(precision, X.T @ y / 0.5**2)
+    sd = np.sqrt(np.diag(np.linalg.inv(precision)))
+    assert np.all(np.abs(draws.reshape(-1, 5).mean(axis=0) - mean) < 0.1 * sd + 4 * sd / np.sqrt(
+        res.ess))
+
+
+def _regression_data(model):
+    """Design and data of testing.conjugate_regression(dim=5), rebuilt from its seed."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 5))
+    y = X @ rng.normal(scale=1.0, size=5) + 0.5 * rng.normal(size=30)
+    np.testing.assert_allclose(model.rvs_to_values[model["y"]].data, y)
+    return X, y
+
+
+def test_bimodal_mixture_within_its_error():
+    model, exact = testing.gaussian_mixture_potential(dim=2)
+    res = pm_evidence.nested(model, random_seed=3, progressbar=False)
+    assert abs(res.log_evidence - exact) < 3 * res.se, (res.log_evidence, res.se, exact)
+    assert res.diagnostics["n_clusters"].max() >= 2  # the contour split into the two modes
+
+
+def test_same_seed_same_result():
+    model, _ = testing.beta_binomial()
+    options = dict(random_seed=7, progressbar=False, target_se=None, n_live=50)
+    first, second = (pm_evidence.nested(model, **options) for _ in range(2))
+    assert first.log_evidence == second.log_evidence and first.se == second.se
+    np.testing.assert_array_equal(first.posterior["p"], second.posterior["p"])
+
+
+def test_max_steps_warns():
+    model, _ = testing.beta_binomial()
+    with pytest.warns(EvidenceWarning, match="max_steps"):
+        res = pm_evidence.nested(model, random_seed=0, progressbar=False, target_se=None,
+                                 n_live=50, max_steps=3)
+    assert res.warning
+
+
+def test_bad_input_errors_before_any_work():
+    model, _ = testing.beta_binomial()
+    with pytest.raises(ValueError, match="n_runs must be an integer >= 2"):
+        pm_evidence.nested(model, n_runs=1)
+    with pytest.raises(ValueError, match="num_delete must be smaller than n_live=50"):
+        pm_evidence.nested(model, n_live=50, num_delete=50)
+    with pytest.raises(TypeError, match="target_se must be a number or None"):
+        pm_evidence.nested(model, target_se="x")
+    with pytest.raises(ValueError, match="termination must be in"):
+        pm_evidence.nested(model, termination=0.0)
+    with pytest.raises(TypeError, match="model must be a pymc.Model"):
+        pm_evidence.nested("model")
+    wide, _ = testing.conjugate_regression(dim=10)
+    with pytest.raises(ValueError, match="n_live must be larger than the model's 10 unconstrained"):
+        pm_evidence.nested(wide, n_live=9)
+
+
+def test_compare_ranks_by_nested_evidence():
+    models, exact = testing.annotators()
+    table = pm_evidence.compare(models, method="nested", random_seed=2, progressbar=False)
+    assert list(table.index) == sorted(exact, key=exact.get, reverse=True)
+    assert set(table["method"]) == {"nested"}
+    for name, row in table.iterrows():
+        assert abs(row["log_evidence"] - exact[name]) < 3 * row["se"] + 1e-9
+
+
+def test_too_few_inner_steps_warns():
+    model, _ = testing.conjugate_regression(dim=5)
+    with pytest.warns(EvidenceWarning, match="num_inner_steps=2 is below the model's 5"):
+        pm_evidence.nested(model, random_seed=0, progressbar=False, target_se=None,
+                           num_inner_steps=2)
