@@ -106,6 +106,6 @@ def test_compare_ranks_by_nested_evidence():
 
 def test_too_few_inner_steps_warns():
     model, _ = testing.conjugate_regression(dim=5)
-    with pytest.warns(EvidenceWarning, match="num_inner_steps=2 is below the model's 5"):
+    with pytest.warns(EvidenceWarning, match="num_inner_steps=9 is below twice the model's 5"):
         pm_evidence.nested(model, random_seed=0, progressbar=False, target_se=None,
-                           num_inner_steps=2)
+                           num_inner_steps=9)
