@@ -152,6 +152,9 @@ def nested(
     number("termination", termination, low=0, high=1, low_open=True)
     integer("max_steps", max_steps, 1, optional=True)
     integer("max_clusters", max_clusters, 1)
+    n_live = integer("n_live", n_live, 8, optional=True)
+    num_delete = integer("num_delete", num_delete, 1, optional=True)
+    num_inner_steps = integer("num_inner_steps", num_inner_steps, 1, optional=True)
     model = resolve_model(model)
     density = get_density(model, backend=backend)
     settings = _settings(density.dim, n_live, num_delete, num_inner_steps, termination,
@@ -179,16 +182,13 @@ def nested(
 def _settings(dim, n_live, num_delete, num_inner_steps, termination, target_se, n_runs,
               max_runs, max_clusters, max_steps, backend, random_seed) -> dict:
     """Every option, defaults filled in from the dimension, checked against each other."""
-    n_live = integer("n_live", n_live, 8, optional=True)
     n_live = max(100, 25 * dim) if n_live is None else n_live
     if n_live <= dim:
         raise ValueError(f"n_live must be larger than the model's {dim} unconstrained parameters "
                          f"(the live points' covariance gives the slice directions), got {n_live}")
-    num_delete = integer("num_delete", num_delete, 1, optional=True)
     num_delete = max(1, n_live // 10) if num_delete is None else num_delete
     if num_delete >= n_live:
         raise ValueError(f"num_delete must be smaller than n_live={n_live}, got {num_delete}")
-    num_inner_steps = integer("num_inner_steps", num_inner_steps, 1, optional=True)
     num_inner_steps = max(4, 2 * dim) if num_inner_steps is None else num_inner_steps
     return {
         "n_live": n_live, "num_delete": num_delete, "num_inner_steps": num_inner_steps,
