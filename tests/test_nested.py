@@ -25,7 +25,8 @@ def test_exact_regression_within_its_error(regression):
     assert res.se <= 0.1 and not res.warnings  # target_se reached: more runs were started
     assert res.n_runs == len(res.run_log_evidence) > 2
     assert res.se == max(res.se_within, res.se_between)
-    assert res.n_live == 125 and res.settings["num_inner_steps"] == 10  # defaults for d = 5
+    assert res.n_live == 125 and res.settings["num_inner_steps"] == 25  # defaults for d = 5
+    assert res.settings["num_delete"] == 62
 
 
 def test_diagnostics_and_posterior(regression):
@@ -106,6 +107,6 @@ def test_compare_ranks_by_nested_evidence():
 
 def test_too_few_inner_steps_warns():
     model, _ = testing.conjugate_regression(dim=5)
-    with pytest.warns(EvidenceWarning, match="num_inner_steps=9 is below twice the model's 5"):
+    with pytest.warns(EvidenceWarning, match="num_inner_steps=9 is below 5 times the model's 5"):
         pm_evidence.nested(model, random_seed=0, progressbar=False, target_se=None,
                            num_inner_steps=9)

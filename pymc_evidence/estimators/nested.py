@@ -84,9 +84,13 @@ def nested(
         the error of one run is about :math:`\sqrt{H / n_{\rm live}}` (H: information, the
         KL divergence from prior to posterior, in nats).
     num_delete : int, optional
-        Points replaced per step, in one batch. Default ``n_live // 10``.
+        Points replaced per step, in one batch. Default ``n_live // 2``: the same error per
+        density evaluation as one at a time, many times faster per second
+        (``benchmarks/results/nested_core_defaults.md``).
     num_inner_steps : int, optional
-        Slice moves per replacement. Default ``2 d`` (at least 4).
+        Slice moves per replacement. Default ``5 d`` (at least 4): on a 20-d correlated
+        Gaussian, fewer moves bias log Z upwards beyond its SE (``2 d``: +0.7 to +1.7 SE,
+        ``d``: +3.8 to +5.2 SE; ``benchmarks/results/nested_core_defaults.md``).
     termination : float, default 1e-3
         Stop a run when the live points hold less than this fraction of its evidence.
     n_runs : int, default 2
@@ -186,10 +190,10 @@ def _settings(dim, n_live, num_delete, num_inner_steps, termination, target_se, 
     if n_live <= dim:
         raise ValueError(f"n_live must be larger than the model's {dim} unconstrained parameters "
                          f"(the live points' covariance gives the slice directions), got {n_live}")
-    num_delete = max(1, n_live // 10) if num_delete is None else num_delete
+    num_delete = max(1, n_live // 2) if num_delete is None else num_delete
     if num_delete >= n_live:
         raise ValueError(f"num_delete must be smaller than n_live={n_live}, got {num_delete}")
-    num_inner_steps = max(4, 2 * dim) if num_inner_steps is None else num_inner_steps
+    num_inner_steps = max(4, 5 * dim) if num_inner_steps is None else num_inner_steps
     return {
         "n_live": n_live, "num_delete": num_delete, "num_inner_steps": num_inner_steps,
         "termination": float(termination), "target_se": target_se, "n_runs": n_runs,
@@ -308,13 +312,13 @@ def _warn_on_soft_problems(messages, runs, se, settings) -> None:
              f"{settings['max_steps']} before the live points' share of the evidence fell below "
              f"termination={settings['termination']}: the estimate is only as good as the "
              "estimate of the evidence inside the last contour; raise max_steps.", stacklevel=5)
-    if settings["num_inner_steps"] < 2 * settings["dim"]:
-        warn(messages, f"num_inner_steps={settings['num_inner_steps']} is below twice the "
+    if settings["num_inner_steps"] < 5 * settings["dim"]:
+        warn(messages, f"num_inner_steps={settings['num_inner_steps']} is below 5 times the "
              f"model's {settings['dim']} parameters: replacements stay close to the survivors "
              "they start from, the live points stop representing the constrained prior, and the "
-             "evidence is off by far more than its error bar shows (on a 100-d correlated "
-             "Gaussian: 9 SE low with 50 steps, 35 SE high with 100). Keep the default, 2 d, "
-             "or more.", stacklevel=5)
+             "evidence can be off by more than its error bar shows (20-d correlated Gaussian: "
+             "+0.7 to +1.7 SE with 2 d moves, +3.8 to +5.2 SE with d; 100-d: 9 SE low with "
+             "d/2, 35 SE high with d). Keep the default, 5 d, or more.", stacklevel=5)
     target = settings["target_se"]
     if target is not None and se > target:
         warn(messages, f"target_se={target} not reached (SE {se:.3f}) within max_runs="
