@@ -215,6 +215,7 @@ class ModelDensity:
         self._compile_density()
         self._constrained_fn = None
         self._unconstrained_fn = None
+        self._values_fn = None
         self._hessian_fn = None
 
     # ----------------------------------------------------------------- compilation
@@ -253,19 +254,35 @@ class ModelDensity:
             outputs = _vectorised_activations(outputs)
         self._x, self._X = x, X
         self._single = (log_prior, log_lik)
+        self._batched_values = (batch_prior, batch_lik)
         self.chunk_rows = _chunk_rows([log_prior, log_lik])
         self._fn = compile_pymc([X], outputs, mode=self.mode)
 
     # ----------------------------------------------------------------- evaluation
     def __call__(self, X: np.ndarray) -> DensityValues:
         """Log prior, log likelihood and gradients at the rows of ``X`` (K×d)."""
+        return DensityValues(*self._in_chunks(self._fn, X))
+
+    def log_densities(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Log prior and log likelihood at the rows of ``X`` (K×d), without the gradients:
+        for samplers that do not use them (nested sampling), at about half the cost."""
+        if self._values_fn is None:
+            outputs = list(self._batched_values)
+            if self.backend == "c":
+                outputs = _vectorised_activations(outputs)
+            self._values_fn = compile_pymc([self._X], outputs, mode=self.mode)
+        log_prior, log_likelihood = self._in_chunks(self._values_fn, X)
+        return log_prior, log_likelihood
+
+    def _in_chunks(self, fn, X) -> list[np.ndarray]:
+        """``fn``'s outputs at the rows of ``X``, evaluated ``chunk_rows`` rows at a time."""
         X = np.atleast_2d(np.asarray(X, dtype=self._X.dtype))
         if X.shape[1] != self.dim:
             raise ValueError(f"points must have {self.dim} columns, got shape {X.shape}")
         if len(X) <= self.chunk_rows:
-            return DensityValues(*self._fn(X))
-        parts = [self._fn(X[i : i + self.chunk_rows]) for i in range(0, len(X), self.chunk_rows)]
-        return DensityValues(*(np.concatenate(field) for field in zip(*parts)))
+            return [np.asarray(v) for v in fn(X)]
+        parts = [fn(X[i : i + self.chunk_rows]) for i in range(0, len(X), self.chunk_rows)]
+        return [np.concatenate(field) for field in zip(*parts)]
 
     def prior_draws(self, rng: np.random.Generator, draws: int) -> np.ndarray:
         """``draws`` exact joint prior draws in the unconstrained space, shape (draws, d)."""

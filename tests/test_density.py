@@ -358,3 +358,13 @@ def test_from_constrained_inverts_to_constrained():
                                rtol=1e-9, atol=1e-9)
     with pytest.raises(KeyError, match="scale"):
         density.from_constrained({"lower": np.zeros(6)})
+
+
+def test_log_densities_match_the_full_evaluation(hier_model):
+    """The gradient-free evaluation (nested sampling's) gives the same values, also in chunks."""
+    density = get_density(hier_model)
+    X = density.prior_draws(np.random.default_rng(5), 2 * density.chunk_rows + 3)
+    full = density(X)
+    log_prior, log_likelihood = density.log_densities(X)
+    np.testing.assert_array_equal(log_prior, full.log_prior)
+    np.testing.assert_array_equal(log_likelihood, full.log_likelihood)

@@ -207,11 +207,6 @@ def _settings(dim, n_live, num_delete, num_inner_steps, termination, target_se, 
 def _one_run(density, seed, settings, index, progressbar) -> NestedRun:
     """One nested-sampling run from exact prior draws, on its own random stream."""
     rng = np.random.default_rng(seed)
-
-    def log_density(X):
-        values = density(X)
-        return values.log_prior, values.log_likelihood
-
     bar = progress_bar(progressbar, desc=f"Nested sampling (run {index + 1})", unit=" steps")
 
     def show(info):
@@ -220,7 +215,7 @@ def _one_run(density, seed, settings, index, progressbar) -> NestedRun:
 
     try:
         return nested_core(
-            rng, log_density, density.prior_draws(rng, settings["n_live"]),
+            rng, density.log_densities, density.prior_draws(rng, settings["n_live"]),
             num_delete=settings["num_delete"], num_inner_steps=settings["num_inner_steps"],
             termination=settings["termination"], max_steps=settings["max_steps"],
             max_clusters=settings["max_clusters"], callback=show if bar is not None else None,
@@ -276,10 +271,10 @@ def _posterior(rng, density, runs):
     flat = X.reshape(-1, X.shape[-1])
     constrained = density.to_constrained(flat)
     posterior = {k: v.reshape((len(runs), n_draws) + v.shape[1:]) for k, v in constrained.items()}
-    values = density(flat)
+    log_prior, log_likelihood = density.log_densities(flat)
     sample_stats = {
-        "log_likelihood": values.log_likelihood.reshape(len(runs), n_draws),
-        "log_prior": values.log_prior.reshape(len(runs), n_draws),
+        "log_likelihood": log_likelihood.reshape(len(runs), n_draws),
+        "log_prior": log_prior.reshape(len(runs), n_draws),
     }
     pooled = np.concatenate([r.log_weights - logsumexp(r.log_weights) for r in runs])
     return posterior, sample_stats, kish_ess(pooled)
