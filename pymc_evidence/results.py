@@ -375,6 +375,10 @@ class NestedResult(EvidenceResult):
         Density evaluations over all runs.
     ess : float
         Kish's effective sample size of the pooled posterior weights.
+    insertion_z : float
+        Insertion-rank test over all runs (Fowlie, Handley and Su 2020): the new points' log L
+        ranks among the survivors', N(0, 1) when the slice moves draw from the constrained
+        prior; large positive values mean replacements stay above where they belong.
     """
 
     method: ClassVar[str] = "nested"
@@ -388,6 +392,7 @@ class NestedResult(EvidenceResult):
     n_live: int = 0
     n_evaluations: int = 0
     ess: float = np.nan
+    insertion_z: float = np.nan
 
 
 #: The result type of each method, for reading files back.

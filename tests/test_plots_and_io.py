@@ -105,7 +105,8 @@ def test_every_result_type_round_trips(result_type, tmp_path):
            "BICResult": dict(log_likelihood=-3.0, bic=9.5, k=2, n=10),
            "BridgeResult": dict(re2=0.01, cv=0.1, log_evidence_first_iteration=-4.2),
            "CMCResult": dict(probability=0.25, anchor=-3.5, n_iterations=400, hidden_units=2),
-           "NestedResult": dict(run_log_evidence=(-4.1, -3.9), n_runs=2, information=2.5)}
+           "NestedResult": dict(run_log_evidence=(-4.1, -3.9), n_runs=2, information=2.5,
+                                  insertion_z=0.4)}
     original = result_type(log_evidence=-4.0, se=0.1, model_name="m", settings={"a": [1, 2]},
                            diagnostics=pd.DataFrame({"x": [1.0, 2.0]}), warnings=["careful"],
                            **own[result_type.__name__])

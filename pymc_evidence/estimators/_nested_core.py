@@ -97,6 +97,8 @@ class NestedStepInfo(NamedTuple):
     acceptance: float  # fraction of slice moves that changed the point
     mean_jump: float  # mean distance new points moved from their start, in cluster-whitened units
     n_clusters: int
+    insertion_u: float  # Mann–Whitney U of the new points' log L against the survivors'
+    insertion_u_var: float  # its variance if new points and survivors are exchangeable
 
 
 class NestedState(NamedTuple):
@@ -145,6 +147,7 @@ class NestedRun(NamedTuple):
     acceptance: np.ndarray
     mean_jump: np.ndarray
     n_clusters: np.ndarray
+    insertion_z: float  # insertion-rank test, N(0, 1) for a sampler that draws correctly
     state: NestedState  # continues the run (pass it as ``live`` to :func:`nested_core`)
 
 
@@ -379,6 +382,7 @@ def nested_core_step(
         n_shrink=n_shrink, acceptance=n_moved / (k * num_inner_steps),
         mean_jump=float(np.mean(_whitened_norm(clusters, labels, x - x0))),
         n_clusters=len(clusters.mean),
+        **_insertion_rank(state.log_likelihood[order[k:]], log_likelihood),
     )
     new_state = NestedState(
         live=live, log_likelihood=new_log_likelihood, log_prior=new_log_prior,
@@ -427,7 +431,8 @@ def nested_core_result(state: NestedState, *, n_volume_samples: int = 100,
         for _ in range(n_volume_samples)])
     steps = {field: np.array([getattr(h, field) for h in history]) for field in (
         "log_threshold", "log_x", "log_z", "log_z_live", "max_log_likelihood", "n_evaluations",
-        "n_shrink", "acceptance", "mean_jump", "n_clusters")}
+        "n_shrink", "acceptance", "mean_jump", "n_clusters", "insertion_u",
+        "insertion_u_var")}
     return NestedRun(
         log_z=float(np.mean(log_z_draws)), log_z_se=float(np.std(log_z_draws, ddof=1)),
         log_z_point=log_z_point, log_z_draws=log_z_draws, information=information,
@@ -441,7 +446,8 @@ def nested_core_result(state: NestedState, *, n_volume_samples: int = 100,
         log_x=steps["log_x"], log_z_steps=steps["log_z"], log_z_live=steps["log_z_live"],
         max_log_likelihood=steps["max_log_likelihood"], evaluations=steps["n_evaluations"],
         shrink_steps=steps["n_shrink"], acceptance=steps["acceptance"],
-        mean_jump=steps["mean_jump"], n_clusters=steps["n_clusters"], state=state,
+        mean_jump=steps["mean_jump"], n_clusters=steps["n_clusters"],
+        insertion_z=_insertion_z(steps["insertion_u"], steps["insertion_u_var"]), state=state,
     )
 
 
@@ -461,6 +467,32 @@ def equal_weight_draws(rng: np.random.Generator, run: NestedRun, n: int) -> np.n
 def kish_ess(log_weights: np.ndarray) -> float:
     """Kish's effective sample size (Σ w)² / Σ w² of (unnormalised) log weights."""
     return float(np.exp(2 * logsumexp(log_weights) - logsumexp(2 * log_weights)))
+
+
+# --------------------------------------------------------------------------- insertion ranks
+def _insertion_rank(survivors: np.ndarray, new: np.ndarray) -> dict:
+    r"""Mann–Whitney U of the new points' log L against the m survivors' (ties count ½).
+
+    A correct step leaves the n = m + k live points i.i.d. from the constrained prior, so new
+    points and survivors are exchangeable and U has mean km/2 and variance km(n+1)/12; each
+    new point's insertion rank among the survivors is uniform (Fowlie, Handley and Su 2020,
+    who test the ranks of single insertions; summing them per step keeps the null exact when
+    the k ranks of a batch share the same survivors).
+    """
+    m, k = survivors.size, new.size
+    sorted_survivors = np.sort(survivors)
+    below = np.searchsorted(sorted_survivors, new, side="left")
+    at_or_below = np.searchsorted(sorted_survivors, new, side="right")
+    u = float(np.sum(below + at_or_below) / 2 - k * m / 2)
+    return {"insertion_u": u, "insertion_u_var": k * m * (m + k + 1) / 12}
+
+
+def _insertion_z(u: np.ndarray, variance: np.ndarray) -> float:
+    """The run's insertion-rank statistic Σ U / √Σ Var: independent steps, N(0, 1) under a
+    correct sampler; positive when new points land too high in likelihood (chains that do not
+    reach the contour), negative when too low."""
+    total = float(np.sum(variance))
+    return float(np.sum(u) / np.sqrt(total)) if total > 0 else 0.0
 
 
 # --------------------------------------------------------------------------- evidence helpers

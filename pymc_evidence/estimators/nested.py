@@ -28,6 +28,8 @@ from pymc_evidence.results import NestedResult, warn
 
 __all__ = ["nested"]
 
+#: |z| of the insertion-rank test that warns: two-sided p < 1e-3 for a correct sampler.
+_INSERTION_Z_LIMIT = 3.3
 #: Diagnostics columns, one row per step of every run.
 _STEP_COLUMNS = ("log_threshold", "log_x", "log_z_steps", "log_z_live", "max_log_likelihood",
                  "evaluations", "shrink_steps", "acceptance", "mean_jump", "n_clusters")
@@ -117,13 +119,16 @@ def nested(
         ``evaluations``, ``shrink_steps``, ``acceptance`` of the slice moves, ``mean_jump``,
         ``n_clusters``); ``posterior`` equally weighted draws from the dead points' importance
         weights, one chain per run; ``sample_stats`` their ``log_likelihood`` and
-        ``log_prior``.
+        ``log_prior``; ``insertion_z`` the insertion-rank test.
 
     Warns
     -----
     EvidenceWarning
-        When the runs disagree beyond their errors, when a run stopped at ``max_steps``
-        before terminating, or when ``target_se`` was not reached within ``max_runs``.
+        When the runs disagree beyond their errors, when new points rank above or below the
+        survivors in likelihood more than a correct sampler allows (``insertion_z`` beyond
+        ±3.3, two-sided p < 0.001; Fowlie, Handley and Su 2020), when a run stopped at
+        ``max_steps`` before terminating, or when ``target_se`` was not reached within
+        ``max_runs``.
 
     Examples
     --------
@@ -146,6 +151,8 @@ def nested(
     Neal, R. M. (2003). Slice sampling. The Annals of Statistics 31(3), 705–767.
     Higson, E., Handley, W., Hobson, M. and Lasenby, A. (2018). Sampling errors in nested
     sampling parameter estimation. Bayesian Analysis 13(3), 873–896.
+    Fowlie, A., Handley, W. and Su, L. (2020). Nested sampling cross-checks using order
+    statistics. MNRAS 497(4), 5256–5263.
     Yallup, D., Kroupa, N. and Handley, W. (2025). Nested slice sampling. The algorithm of
     BlackJAX's ``blackjax.ns``.
     """
@@ -257,6 +264,7 @@ def _result(rng, model, density, runs, settings, timing, start) -> NestedResult:
         n_live=settings["n_live"],
         n_evaluations=int(sum(r.n_evaluations for r in runs)),
         ess=ess,
+        insertion_z=_insertion_z(runs),
         settings=settings,
         timing=timing,
         warnings=messages,
@@ -280,6 +288,12 @@ def _posterior(rng, density, runs):
     return posterior, sample_stats, kish_ess(pooled)
 
 
+def _insertion_z(runs) -> float:
+    """The runs' insertion-rank statistics combined: independent N(0, 1) under a correct
+    sampler, so their sum over √R is too."""
+    return float(np.sum([r.insertion_z for r in runs]) / np.sqrt(len(runs)))
+
+
 def _diagnostics(runs) -> pd.DataFrame:
     """One row per step of every run."""
     frames = [pd.DataFrame({"run": i, **{c: np.asarray(getattr(r, c)) for c in _STEP_COLUMNS}})
@@ -299,6 +313,13 @@ def _warn_on_soft_problems(messages, runs, se, settings) -> None:
              f"{log_z.min():.2f} to {log_z.max():.2f}, each ± {np.median(se_runs):.2f}): the "
              "runs do not agree on the posterior's modes. The SE includes the spread; use more "
              "live points (n_live) or inner steps (num_inner_steps).", stacklevel=5)
+    insertion = _insertion_z(runs)
+    if abs(insertion) > _INSERTION_Z_LIMIT:
+        side = "above" if insertion > 0 else "below"
+        warn(messages, f"new live points rank {side} the survivors in likelihood more than a "
+             f"correct sampler's would (insertion-rank z = {insertion:+.1f}; Fowlie, Handley and "
+             "Su 2020): the slice moves do not reach the constrained prior, and the evidence "
+             "can be off by more than its SE. Raise num_inner_steps.", stacklevel=5)
     # A plateau (every live point at the same likelihood) ends a run completely: the live
     # points' share is added; only max_steps cuts a run short.
     unfinished = sum(r.stop_reason == "max_steps" for r in runs)
