@@ -16,7 +16,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["FORMAT", "StateFile", "ResultDirectory"]
+import numpy as np
+
+__all__ = ["FORMAT", "StateFile", "ResultDirectory", "run_key"]
 
 #: 3: results typed per method, plumbing shared by every estimator.
 FORMAT = 3
@@ -25,6 +27,14 @@ _OLDER = ("was written by an older version of pymc-evidence; delete it or pass a
           "checkpoint path")
 _OTHER = ("was written by a run with other settings or another model; delete it or pass "
           "another checkpoint path")
+
+
+def run_key(settings: dict, density, random_seed) -> dict:
+    """What determines an estimator's run: its settings, the model's parameters and the seed
+    (a Generator passed as the seed cannot be told apart from another: only its kind counts)."""
+    seed = random_seed if isinstance(random_seed, (int, np.integer, type(None))) else "generator"
+    return {"settings": settings, "names": density.names, "dim": density.dim,
+            "model": density.model.name, "seed": None if seed is None else str(seed)}
 
 
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:

@@ -127,3 +127,54 @@ def test_compare_checkpoint_skips_finished_models(tmp_path, monkeypatch):
     (directory / "compare.json").write_text('{"method": "thermodynamic"}')
     with pytest.raises(ValueError, match="written by an older version of pymc-evidence"):
         pm_evidence.compare(models, checkpoint=directory, **OPTIONS)
+
+
+# ------------------------------------------------------------------------------------ nested
+NESTED_OPTIONS = dict(random_seed=5, progressbar=False, target_se=None, n_runs=4, n_live=300,
+                      cores=1)
+NESTED_SCRIPT = """
+import sys
+import pymc_evidence as pm_evidence
+from pymc_evidence import testing
+from pymc_evidence.estimators import nested
+nested._SAVE_SECONDS = 0.0  # save the unfinished run after every step
+model, _ = testing.conjugate_regression(dim=5)
+pm_evidence.nested(model, checkpoint=sys.argv[1], **OPTIONS)
+"""
+
+
+def nested_progress(path):
+    """(finished runs, whether an unfinished run is saved) in a nested checkpoint."""
+    try:
+        with open(path, "rb") as file:
+            state = pickle.load(file)["state"]
+    except (FileNotFoundError, EOFError, pickle.UnpicklingError):
+        return 0, False
+    return len(state["runs"]), state["current"] is not None
+
+
+def test_killed_nested_run_resumes_to_identical_result(tmp_path):
+    """Killed in the middle of its second run: the resumed call finishes that run from its
+    saved state and returns what an uninterrupted call returns, on any number of cores."""
+    model, _ = testing.conjugate_regression(dim=5)
+    path = tmp_path / "nested.ckpt"
+    script = f"OPTIONS = {NESTED_OPTIONS!r}\n" + NESTED_SCRIPT
+    process = subprocess.Popen([sys.executable, "-c", script, str(path)])
+    deadline = time.monotonic() + 300
+    while nested_progress(path) != (1, True):
+        assert process.poll() is None, "the run ended before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    process.kill()
+    process.wait()
+    assert nested_progress(path)[1]  # killed with a run unfinished
+
+    resumed = pm_evidence.nested(model, checkpoint=path, **NESTED_OPTIONS)
+    uninterrupted = pm_evidence.nested(model, **dict(NESTED_OPTIONS, cores=2))
+    assert resumed.run_log_evidence == uninterrupted.run_log_evidence
+    assert resumed.log_evidence == uninterrupted.log_evidence and resumed.se == uninterrupted.se
+    assert resumed.diagnostics.equals(uninterrupted.diagnostics)
+    assert (resumed.posterior["w"] == uninterrupted.posterior["w"]).all()
+    assert resumed.timing["earlier_sessions"] > 0
+    with pytest.raises(ValueError, match="written by a run with other settings"):
+        pm_evidence.nested(model, checkpoint=path, **dict(NESTED_OPTIONS, n_live=200))

@@ -214,7 +214,9 @@ def nested_core(
     max_clusters : int, default 8
         Most clusters of the live points (1: one global covariance, as in BlackJAX).
     callback : callable, optional
-        ``callback(info)`` with each step's :class:`NestedStepInfo` (a progress bar).
+        ``callback(state, info)`` after each step, with the new :class:`NestedState` and the
+        step's :class:`NestedStepInfo` (a progress bar; a checkpoint, which saves the state
+        with ``rng``'s state to continue the run).
 
     Returns
     -------
@@ -258,7 +260,7 @@ def nested_core(
             rng, state, log_density, num_delete=num_delete, num_inner_steps=num_inner_steps,
             canonicalise=canonicalise, max_clusters=max_clusters)
         if callback is not None:
-            callback(info)
+            callback(state, info)
     return nested_core_result(state, n_volume_samples=n_volume_samples, stop_reason=reason)
 
 

@@ -8,6 +8,7 @@ into a :class:`~pymc_evidence.NestedResult`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -16,7 +17,8 @@ import pandas as pd
 from scipy.special import logsumexp
 from scipy.stats import chi2
 
-from pymc_evidence._parallel import one_blas_thread
+from pymc_evidence._checkpoint import StateFile, run_key
+from pymc_evidence._parallel import fork_is_safe, one_blas_thread, run_tasks, shut_down_after
 from pymc_evidence._progress import progress_bar
 from pymc_evidence._random import as_generator
 from pymc_evidence._validation import integer, number, resolve_model
@@ -24,10 +26,14 @@ from pymc_evidence.density import get_density
 from pymc_evidence.estimators._nested_core import (
     NestedRun, equal_weight_draws, kish_ess, nested_core,
 )
+from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
 from pymc_evidence.results import NestedResult, warn
+from pymc_evidence.symmetry import MLPLayer, align_units, as_layers
 
 __all__ = ["nested"]
 
+#: Seconds between saves of an unfinished run to the checkpoint (finished runs: at once).
+_SAVE_SECONDS = 30.0
 #: |z| of the insertion-rank test that warns: two-sided p < 1e-3 for a correct sampler.
 _INSERTION_Z_LIMIT = 3.3
 #: Diagnostics columns, one row per step of every run.
@@ -47,7 +53,10 @@ def nested(
     max_runs: int = 16,
     max_clusters: int = 8,
     max_steps: int | None = None,
+    mlp_layers=None,
+    checkpoint=None,
     backend: str = "c",
+    cores: int | None = None,
     random_seed=None,
     progressbar: bool = True,
 ) -> NestedResult:
@@ -103,8 +112,30 @@ def nested(
         Most clusters of the live points (1: one global covariance).
     max_steps : int, optional
         Stop each run after this many steps (a warning says the run did not terminate).
+    mlp_layers : MLPLayer or list of MLPLayer, optional
+        The model's MLP hidden layers (see :class:`~pymc_evidence.MLPLayer`). Each run maps
+        points, under the layers' sign-flip and permutation symmetries, to their copy nearest
+        the best of its initial live points before the live points' covariances and clusters
+        are estimated, and chains start from these copies: the likelihood is unchanged, but
+        the slice directions then fit one copy of the posterior's modes instead of spanning
+        all of them. Recommended for every MLP.
+    checkpoint : str or path, optional
+        File where every finished run is saved at once, and an unfinished one every 30 s
+        (atomically, with its random state). If it exists, nested() resumes from it and
+        returns exactly what an uninterrupted call would; a checkpoint written with other
+        settings or another model raises an error. ``timing["sampling"]`` counts every
+        session's sampling (``timing["earlier_sessions"]``: the part before this call).
     backend : {"c", "numba"}, default "c"
         PyTensor backend for the compiled density.
+    cores : int, optional
+        Processes for the runs after the first. Each run has its own random stream, and the
+        decision to start more runs is taken on finished runs in order, so the result is the
+        same for every value of ``cores``. Default: every usable CPU when the runs still to
+        do are expected to take more than 20 s (judged from the first run), workers can be
+        forked (Linux, no other Python thread running) and this is not itself a worker
+        process, else one. An explicit ``cores > 1`` where forking is not safe starts workers
+        from a fork server, which re-imports the main script: guard it with
+        ``if __name__ == "__main__":``.
     random_seed : int, sequence, numpy.random.Generator or None
         Same seed, same result.
     progressbar : bool, default True
@@ -163,6 +194,7 @@ def nested(
     number("termination", termination, low=0, high=1, low_open=True)
     integer("max_steps", max_steps, 1, optional=True)
     integer("max_clusters", max_clusters, 1)
+    integer("cores", cores, 1, optional=True)
     n_live = integer("n_live", n_live, 8, optional=True)
     num_delete = integer("num_delete", num_delete, 1, optional=True)
     num_inner_steps = integer("num_inner_steps", num_inner_steps, 1, optional=True)
@@ -171,23 +203,106 @@ def nested(
     settings = _settings(density.dim, n_live, num_delete, num_inner_steps, termination,
                          target_se, n_runs, max_runs, max_clusters, max_steps, backend,
                          random_seed)
+    layers = as_layers(mlp_layers, density)
+    settings["mlp_layers"] = [vars(layer) for layer in layers] or None
+    store = StateFile(checkpoint, run_key(settings, density, random_seed))
+    saved = store.load()
     rng = as_generator(random_seed)
-    seeds = rng.integers(2**63, size=max_runs)  # run i's stream, whatever runs before it
+    if saved is None:
+        seeds = rng.integers(2**63, size=max_runs)  # run i's stream, whatever runs before it
+        saved = {"seeds": seeds, "rng": rng.bit_generator.state, "runs": [], "seconds": [],
+                 "current": None}
+    rng.bit_generator.state = saved["rng"]
     compiled = time.perf_counter()
-
-    runs: list[NestedRun] = []
-    wanted = n_runs
     with one_blas_thread():
-        while len(runs) < wanted:
-            runs.append(_one_run(density, seeds[len(runs)], settings, len(runs), progressbar))
-            if len(runs) == wanted and target_se is not None:
-                se = _combine(runs)[1]
-                if se > target_se:
-                    wanted = min(max_runs, max(wanted + 1, math.ceil(
-                        len(runs) * (se / target_se) ** 2 * 1.1)))
+        runs = _sample(model, density, saved, store, settings, cores, progressbar)
     sampled = time.perf_counter()
-    return _result(rng, model, density, runs, settings,
-                   {"compile": compiled - start, "sampling": sampled - compiled}, start)
+    timing = {"compile": compiled - start, "sampling": store.earlier + sampled - compiled,
+              "earlier_sessions": store.earlier}
+    return _result(rng, model, density, runs, settings, timing, start)
+
+
+def _runs_wanted(runs: list[NestedRun], settings: dict) -> int:
+    """How many runs the estimate needs, deciding after each batch as the runs came in: a
+    batch is ``n_runs`` runs, then enough to bring the SE to ``target_se`` (10 % spare, at
+    least one more), at most ``max_runs``. A function of the finished runs alone, so that a
+    resumed run and any number of cores decide the same."""
+    wanted, target = settings["n_runs"], settings["target_se"]
+    while target is not None and len(runs) >= wanted < settings["max_runs"]:
+        se = _combine(runs[:wanted])[1]
+        if se <= target:
+            break
+        wanted = min(settings["max_runs"],
+                     max(wanted + 1, math.ceil(wanted * (se / target) ** 2 * 1.1)))
+    return wanted
+
+
+def _sample(model, density, saved, store, settings, cores, progressbar) -> list[NestedRun]:
+    """The runs, from the checkpoint's on: the first in this process (its time decides
+    whether workers pay), later batches on ``cores`` worker processes when they do."""
+    runs, seconds, seeds = saved["runs"], saved["seconds"], saved["seeds"]
+
+    def finished(run, run_seconds):
+        runs.append(run)
+        seconds.append(run_seconds)
+        saved["current"] = None
+        store.save(saved)
+
+    def save_current(index, state, rng_state, reference):
+        saved["current"] = (index, state, rng_state, reference)
+        store.save(saved)
+
+    with contextlib.ExitStack() as stack:
+        pool = None
+        while (wanted := _runs_wanted(runs, settings)) > len(runs):
+            todo = range(len(runs), wanted)
+            fork = fork_is_safe()
+            workers = 1 if not seconds else n_workers(
+                cores, float(np.median(seconds)) * len(todo), len(todo), fork)
+            if workers <= 1:
+                for index in todo:
+                    begun = time.perf_counter()
+                    run = _one_run(density, seeds[index], settings, index, progressbar,
+                                   saved["current"], save_current if store.path else None)
+                    finished(run, time.perf_counter() - begun)
+                continue
+            if pool is None:
+                pool = stack.enter_context(shut_down_after(
+                    density_pool(model, settings["backend"], workers, fork)))
+            _parallel_batch(pool, seeds, settings, todo, progressbar, finished)
+    return runs
+
+
+def _parallel_batch(pool, seeds, settings, todo, progressbar, finished) -> None:
+    """Runs ``todo`` on the pool's workers, handed to ``finished`` in order of their index (the
+    SE's decisions and the checkpoint see them as a serial run would)."""
+    bar = progress_bar(progressbar, total=len(todo), unit=" runs",
+                       desc=f"Nested sampling (runs {todo[0] + 1}–{todo[-1] + 1}, in parallel)")
+    done: dict[int, tuple] = {}
+    following = todo[0]
+
+    def collected(index, outcome):
+        nonlocal following
+        done[index] = outcome
+        if bar is not None:
+            bar.update(1)
+        while following in done:
+            finished(*done.pop(following))
+            following += 1
+
+    try:
+        run_tasks(pool, {i: (_worker_run, (seeds[i], settings, i)) for i in todo}, collected)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _worker_run(seed, settings, index) -> tuple[NestedRun, float]:
+    """Worker side of a parallel run: the run and its seconds."""
+    begun = time.perf_counter()
+    with one_blas_thread():
+        run = _one_run(worker_density(), seed, settings, index, False, None, None)
+    return run, time.perf_counter() - begun
 
 
 def _settings(dim, n_live, num_delete, num_inner_steps, termination, target_se, n_runs,
@@ -211,25 +326,60 @@ def _settings(dim, n_live, num_delete, num_inner_steps, termination, target_se, 
     }
 
 
-def _one_run(density, seed, settings, index, progressbar) -> NestedRun:
-    """One nested-sampling run from exact prior draws, on its own random stream."""
+def _one_run(density, seed, settings, index, progressbar, current, save) -> NestedRun:
+    """One nested-sampling run from exact prior draws, on its own random stream; continued
+    from ``current`` = (index, state, rng state) when the checkpoint holds this run unfinished.
+    ``save(index, state, rng_state, reference)``, when given, keeps the unfinished run every
+    ``_SAVE_SECONDS``."""
     rng = np.random.default_rng(seed)
+    if current is not None and current[0] == index:
+        _, live, rng_state, reference = current
+        rng.bit_generator.state = rng_state
+    else:
+        live = density.prior_draws(rng, settings["n_live"])
+        reference = _reference(density, live) if settings["mlp_layers"] else None
+    canonicalise = _canonicaliser(density, settings["mlp_layers"], reference)
     bar = progress_bar(progressbar, desc=f"Nested sampling (run {index + 1})", unit=" steps")
+    last_save = time.perf_counter()
 
-    def show(info):
-        bar.update(1)
-        bar.set_postfix_str(f"log X={info.log_x:.1f}, log Z≈{info.log_z:.2f}")
+    def after_step(state, info):
+        nonlocal last_save
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix_str(f"log X={info.log_x:.1f}, log Z≈{info.log_z:.2f}")
+        if save is not None and time.perf_counter() - last_save > _SAVE_SECONDS:
+            save(index, state, rng.bit_generator.state, reference)
+            last_save = time.perf_counter()
 
     try:
         return nested_core(
-            rng, density.log_densities, density.prior_draws(rng, settings["n_live"]),
+            rng, density.log_densities, live,
             num_delete=settings["num_delete"], num_inner_steps=settings["num_inner_steps"],
             termination=settings["termination"], max_steps=settings["max_steps"],
-            max_clusters=settings["max_clusters"], callback=show if bar is not None else None,
+            max_clusters=settings["max_clusters"], canonicalise=canonicalise,
+            callback=after_step if bar is not None or save is not None else None,
         )
     finally:
         if bar is not None:
             bar.close()
+
+
+def _reference(density, live: np.ndarray) -> np.ndarray:
+    """The initial live point of highest likelihood: the copy the run's points are aligned to."""
+    return live[np.argmax(density.log_densities(live)[1])]
+
+
+def _canonicaliser(density, mlp_layers, reference):
+    """``canonicalise(X)`` for nested_core: each point's symmetry copy nearest ``reference``,
+    a projection (aligning an aligned point changes nothing); None without MLP layers."""
+    if not mlp_layers:
+        return None
+    layers = [MLPLayer(**layer) for layer in mlp_layers]
+
+    def canonicalise(X):
+        return np.array([align_units(density, layers, reference, x) for x in X]).reshape(X.shape)
+
+    return canonicalise
 
 
 def _combine(runs: list[NestedRun]) -> tuple[float, float, float, float]:

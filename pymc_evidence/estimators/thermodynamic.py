@@ -22,7 +22,7 @@ import pandas as pd
 from scipy.special import logsumexp
 from scipy.stats import chi2
 
-from pymc_evidence._checkpoint import StateFile
+from pymc_evidence._checkpoint import StateFile, run_key
 from pymc_evidence._constants import DENSE_METRIC_MAX_DIM
 from pymc_evidence._parallel import fork_is_safe, one_blas_thread, run_tasks, shut_down_after
 from pymc_evidence._progress import TemperingBar
@@ -236,7 +236,7 @@ def thermodynamic(
     round_settings = _round_settings(settings, density, mlp_layers)
     settings["mlp_layers"] = [vars(layer) for layer in round_settings["layers"]] or None
 
-    store = StateFile(checkpoint, _checkpoint_key(settings, density, random_seed))
+    store = StateFile(checkpoint, run_key(settings, density, random_seed))
     rounds = _resume(store, rng)
     bar = TemperingBar(progressbar)
     with one_blas_thread():
@@ -272,12 +272,6 @@ def _round_settings(settings, density, mlp_layers) -> dict:
         dense_mass=mass_matrix == "dense" or (
             mass_matrix == "auto" and density.dim <= DENSE_METRIC_MAX_DIM),
     )
-
-
-def _checkpoint_key(settings, density, random_seed) -> dict:
-    seed = random_seed if isinstance(random_seed, (int, np.integer, type(None))) else "generator"
-    return {"settings": settings, "names": density.names, "dim": density.dim,
-            "model": density.model.name, "seed": None if seed is None else str(seed)}
 
 
 def _resume(store: StateFile, rng) -> list:
