@@ -9,7 +9,9 @@ from pymc_evidence.estimators.cmc import cmc
 from pymc_evidence.estimators.laplace import laplace
 from pymc_evidence.estimators.nested import nested
 from pymc_evidence.estimators.thermodynamic import thermodynamic
-from pymc_evidence.plots import plot_cmc_path, plot_evidence, plot_stages, plot_trace_energy
+from pymc_evidence.plots import (
+    plot_cmc_path, plot_evidence, plot_nested, plot_stages, plot_trace_energy,
+)
 from pymc_evidence.results import (
     BICResult, BridgeResult, CMCResult, EvidenceResult, EvidenceWarning, LaplaceResult,
     NestedResult, ThermodynamicResult, load_result,
@@ -23,5 +25,5 @@ __all__ = [
     "power_ladder", "mlp_symmetry", "MLPLayer", "EvidenceResult", "ThermodynamicResult",
     "LaplaceResult", "BICResult", "BridgeResult", "CMCResult", "NestedResult", "EvidenceWarning",
     "load_result", "ModelDensity", "get_density", "plot_stages", "plot_trace_energy",
-    "plot_evidence", "plot_cmc_path",
+    "plot_evidence", "plot_cmc_path", "plot_nested",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["plot_stages", "plot_trace_energy", "plot_evidence", "plot_cmc_path"]
+__all__ = ["plot_stages", "plot_trace_energy", "plot_evidence", "plot_cmc_path", "plot_nested"]
 
 
 def _axes(ax, n):
@@ -171,3 +171,50 @@ def plot_cmc_path(result, chain=0, stage=-1, ax=None):
     ax.set_ylabel("model")
     ax.set_title(f"CMC model transition path (replica {chain})")
     return ax
+
+
+def plot_nested(result, ax=None):
+    r"""A nested-sampling run as Skilling (2006, Fig. 2) draws it: log L* against log X, and
+    where the posterior mass lies.
+
+    Parameters
+    ----------
+    result : NestedResult
+        From :func:`~pymc_evidence.nested`.
+    ax : sequence of two matplotlib Axes, optional
+
+    Returns
+    -------
+    numpy.ndarray of two Axes
+        Left: each run's contour log L* against its expected log prior volume log X. Right:
+        the posterior mass per unit log X of each run (each step's share of the run's evidence
+        over the log-volume it spans, about :math:`L X / Z`): the bulge where the evidence
+        comes from, which lies a little beyond log X = −H (H, the information, dashed; the
+        posterior's d dimensions push it further by about d/2). A run that stops before the
+        bulge has passed has not found all of the evidence.
+    """
+    diagnostics = result.diagnostics
+    if result.method != "nested" or "log_threshold" not in diagnostics:
+        raise ValueError(f"plot_nested needs a result of nested(), got method {result.method!r}")
+    left, right = _axes(ax, 2)
+    for run, steps in diagnostics.groupby("run"):
+        log_x = steps["log_x"].to_numpy()
+        log_threshold = steps["log_threshold"].to_numpy()
+        finite = np.isfinite(log_threshold)
+        left.plot(log_x[finite], log_threshold[finite], lw=1, label=f"run {run + 1}")
+        # Each step's share of the run's evidence, over the log-volume the step spans.
+        share = np.diff(np.exp(steps["log_z_steps"].to_numpy()
+                               - result.run_log_evidence[run]), prepend=0.0)
+        width = -np.diff(log_x, prepend=0.0)
+        right.plot(log_x + width / 2, share / width, lw=1)
+    left.set_xlabel("log X (prior volume inside the contour)")
+    left.set_ylabel("log L*")
+    left.set_title(f"{result.model_name or 'model'}: log Z = {result.log_evidence:.2f} "
+                   f"± {result.se:.2f}")
+    if result.n_runs <= 8:
+        left.legend(fontsize="small")
+    right.axvline(-result.information, color="0.4", ls="--", lw=1, label="log X = −H")
+    right.set_xlabel("log X")
+    right.set_ylabel("posterior mass per unit log X")
+    right.legend(fontsize="small")
+    return np.array([left, right])

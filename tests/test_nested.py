@@ -137,3 +137,22 @@ def test_mlp_layers_align_points_and_keep_the_evidence():
     assert res.settings["mlp_layers"][0]["weights"] == "W"
     with pytest.raises(ValueError, match="not an untransformed free variable"):
         pm_evidence.nested(model, mlp_layers=pm_evidence.MLPLayer("w_in"), progressbar=False)
+
+
+def test_plot_nested_draws_every_run(regression):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _, _, res = regression
+    left, right = pm_evidence.plot_nested(res)
+    assert len(left.lines) == len(right.lines) - 1 == res.n_runs  # right: also the −H line
+    # Each run's bulge holds its dead points' share of the evidence and has passed by the end.
+    for line in right.lines[:-1]:
+        log_x, mass = line.get_data()
+        assert 0.9 < -np.trapezoid(mass, log_x) < 1.1
+        assert mass[-1] < 0.05 * mass.max()
+    plt.close("all")
+    with pytest.raises(ValueError, match="needs a result of nested"):
+        pm_evidence.plot_nested(pm_evidence.BICResult(log_evidence=-1.0, se=0.0))
