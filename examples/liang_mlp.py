@@ -7,6 +7,8 @@ Data: n = 30 points from a tanh MLP with P = 2 inputs and H = 2 hidden units (Li
 
 * contour Monte Carlo with Liang's birth/death moves (``cmc(..., mlp_layer=...)``);
 * thermodynamic integration / stepping stones, one model at a time;
+* nested sampling, one model at a time, points aligned under the layer's symmetries
+  (``mlp_layers=``);
 * Laplace, modes merged under the layer's 2^H·H! symmetries (``mlp_layers=``).
 
 Table 3 of the paper (column (1,100)): H1 0.08 %, H2 84.99 %, H3 13.77 %, H4 1.16 %. The full
@@ -54,10 +56,12 @@ SETTINGS = {
     True: dict(cmc=dict(n_chains=4, n_pilot=16, delta_end=0.02, stage_length=100,
                         max_leapfrog=16),
                thermo=dict(n_particles=32, n_groups=2, max_groups=2, target_se=None),
+               nested=dict(n_live=60, num_inner_steps=20, target_se=None),
                laplace=dict(restarts=2), sizes=(), datasets=0),
     False: dict(cmc=dict(n_chains=10, n_pilot=64, delta_end=1e-3, stage_length=300,
                          max_leapfrog=16),
                 thermo=dict(n_particles=128, n_groups=4, max_groups=4),
+                nested=dict(),
                 laplace=dict(restarts=16), sizes=(10, 20, 25, 30, 40, 50), datasets=3),
 }
 #: CMC settings of the sample-size study (Table 4): one run per data set, as Liang's.
@@ -95,7 +99,7 @@ def table3(seed: int, quick: bool) -> tuple[pd.DataFrame, dict]:
             frequency=res.frequency, birth_acceptance=res.birth_acceptance,
             death_acceptance=res.death_acceptance, seconds=cmc_time / len(models),
         ))
-    for method in ("thermodynamic", "laplace"):
+    for method in ("thermodynamic", "nested", "laplace"):
         log_z, se, seconds = {}, {}, {}
         for i, (name, model) in enumerate(models.items()):
             start = time.perf_counter()
@@ -104,6 +108,9 @@ def table3(seed: int, quick: bool) -> tuple[pd.DataFrame, dict]:
                 if method == "thermodynamic":
                     res = pm_evidence.thermodynamic(model, random_seed=seed + i, progressbar=False,
                                                     **settings["thermo"])
+                elif method == "nested":
+                    res = pm_evidence.nested(model, mlp_layers=LAYER, random_seed=seed + i,
+                                             progressbar=False, **settings["nested"])
                 else:
                     res = pm_evidence.laplace(model, mlp_layers=LAYER, random_seed=seed + i,
                                               progressbar=False, **settings["laplace"])
@@ -165,7 +172,8 @@ def figure(table: pd.DataFrame, results: dict, path: Path) -> None:
     pm_evidence.plot_cmc_path(results, ax=left)
     left.set_title("CMC model transition path (last stage, replica 0)")
     wide = table.pivot(index="model", columns="method", values="probability")
-    wide = wide[[c for c in ("liang2005", "cmc", "thermodynamic", "laplace") if c in wide]]
+    wide = wide[[c for c in ("liang2005", "cmc", "thermodynamic", "nested", "laplace")
+                 if c in wide]]
     wide.plot.bar(ax=right, rot=0)
     right.set_ylabel("posterior model probability")
     right.set_title("Liang (2005) Example 1, n = 30")

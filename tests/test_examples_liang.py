@@ -27,7 +27,7 @@ def test_liang_example_quick(tmp_path):
     assert not (tmp_path / "liang_mlp_table4.csv").exists()  # the sample-size study: full mode
     assert output["table4"].empty
     assert list(table.groupby("method").size().items()) == [
-        ("cmc", 4), ("laplace", 4), ("liang2005", 4), ("thermodynamic", 4)
+        ("cmc", 4), ("laplace", 4), ("liang2005", 4), ("nested", 4), ("thermodynamic", 4)
     ]
     for method, rows in table.groupby("method"):
         assert list(rows["model"]) == ["H1", "H2", "H3", "H4"]
