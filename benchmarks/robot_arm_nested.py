@@ -6,7 +6,7 @@ For each number of hidden units h (ascending) this runs, on ``robot_arm_mlp(h)``
 * **nested**: ``pm_evidence.nested`` at its default ``n_live`` and ``num_inner_steps``, a fixed
   4 runs (``target_se=None``);
 * **thermodynamic**: chaining as ``robot_arm_curve.py`` runs it (64 particles × 4 groups,
-  ``max_groups=4``, ``target_cess=0.95``, ``target_se=0.3``), so its numbers are the curve's.
+  ``max_groups=4``, ``target_cess=0.95``, ``target_se=0.3``: the curve's settings and seeds).
 
 Every run is checkpointed to ``DIR/{method}_h{h}.ckpt``: a killed invocation resumes where it
 stopped, and finished runs return at once. After each finished run its row in
