@@ -286,53 +286,71 @@ def align_units(density, layers: list[MLPLayer], reference: np.ndarray, x: np.nd
     unit's sign chosen to minimise that distance when the activation allows flips. This is
     exact for one hidden layer; for several layers it aligns them one after another (a greedy
     approximation, since permuting one layer reorders the next layer's incoming weights).
+    ``x`` is one point (d,) or a batch (m, d), aligned point by point.
     """
     index, signs = alignment_map(density, layers, reference, x)
-    return signs * np.asarray(x, float)[index]
+    x = np.asarray(x, float)
+    return signs * np.take_along_axis(np.atleast_2d(x), np.atleast_2d(index), axis=1).reshape(
+        x.shape)
 
 
 def alignment_map(density, layers: list[MLPLayer], reference: np.ndarray, x: np.ndarray):
     """:func:`align_units` as a signed permutation of coordinates: ``(index, signs)`` with
-    ``align_units(...) == signs * x[index]``.
+    ``align_units(...) == signs * x[index]`` (row by row for a batch (m, d)).
 
     The symmetry is linear and orthogonal, so the same map carries the gradient of the log
     density at ``x`` to its gradient at the aligned point.
     """
     x = np.asarray(x, float)
+    points = np.atleast_2d(x)
+    m, d = points.shape
+    rows = np.arange(m)[:, None]
     ref_values = {k: v[0] for k, v in density.split(np.asarray(reference, float)[None]).items()}
-    # Each coordinate carries its 1-based index through the symmetries, its sign the flips.
-    code = np.arange(1.0, x.size + 1)
+    coordinates = {k: v[0].astype(int)
+                   for k, v in density.split(np.arange(d, dtype=float)[None]).items()}
+    index, signs = np.tile(np.arange(d), (m, 1)), np.ones((m, d))
     for layer in layers:
-        current = np.sign(code) * x[np.abs(code).astype(int) - 1]
-        values = {k: v[0] for k, v in density.split(current[None]).items()}
-        permutation, signs = _match_units(
-            _unit_matrix(ref_values, layer), _unit_matrix(values, layer), layer
+        current = signs * points[rows, index]
+        incoming, outgoing = _unit_matrix(coordinates, layer)
+        permutation, flips = _match_units(
+            _unit_matrix(ref_values, layer), (current[:, incoming], current[:, outgoing]), layer
         )
-        code = transform_units(density, layer, code, permutation, signs)
-    return np.abs(code).astype(int) - 1, np.sign(code)
+        # Unit j of the result is unit permutation[j] of the current point, times flips[j].
+        new_index, new_signs = index.copy(), signs.copy()
+        for unit_coordinates, flipped in ((incoming, True),
+                                          (outgoing, layer.sign_flips == "all")):
+            source = unit_coordinates[permutation]  # (m, h, p)
+            new_index[:, unit_coordinates] = index[rows[:, :, None], source]
+            new_signs[:, unit_coordinates] = (signs[rows[:, :, None], source]
+                                              * (flips[:, :, None] if flipped else 1.0))
+        index, signs = new_index, new_signs
+    return index.reshape(x.shape), signs.reshape(x.shape)
 
 
 def _match_units(reference_units, units, layer: MLPLayer):
-    """Permutation and signs taking ``units`` (incoming, outgoing) nearest the reference's."""
-    ref_in, ref_out = reference_units
+    """Permutations (m, h) and signs (m, h) taking each point's ``units`` (incoming, outgoing;
+    arrays (m, h, ·)) nearest the reference's: one Hungarian assignment per point."""
+    ref_units = np.concatenate(reference_units, axis=1)
     x_in, x_out = units
-    ref_units = np.concatenate([ref_in, ref_out], axis=1)
-    plain = _sq_dist(ref_units, np.concatenate([x_in, x_out], axis=1))
+    plain = _sq_dist(ref_units, np.concatenate([x_in, x_out], axis=2))
     cost = plain
     if layer.sign_flips is not None:
         out_sign = -1.0 if layer.sign_flips == "all" else 1.0
-        flip_cost = _sq_dist(ref_units, np.concatenate([-x_in, out_sign * x_out], axis=1))
+        flip_cost = _sq_dist(ref_units, np.concatenate([-x_in, out_sign * x_out], axis=2))
         cost = np.minimum(plain, flip_cost)
-    rows, cols = linear_sum_assignment(cost)
-    permutation = cols[np.argsort(rows)]
-    signs = np.ones(len(permutation))
+    m, h = cost.shape[:2]
+    permutation = np.empty((m, h), dtype=int)
+    for row, point_cost in enumerate(cost):
+        units_ref, units_x = linear_sum_assignment(point_cost)
+        permutation[row] = units_x[np.argsort(units_ref)]
+    signs = np.ones((m, h))
     if layer.sign_flips is not None:
-        units_range = np.arange(len(permutation))
-        signs = np.where(
-            flip_cost[units_range, permutation] < plain[units_range, permutation], -1.0, 1.0
-        )
+        rows, units_range = np.arange(m)[:, None], np.arange(h)[None, :]
+        signs = np.where(flip_cost[rows, units_range, permutation]
+                         < plain[rows, units_range, permutation], -1.0, 1.0)
     return permutation, signs
 
 
-def _sq_dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return ((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=-1)
+def _sq_dist(reference: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """(m, h, h): squared distance between reference unit i and unit j of each point."""
+    return ((reference[None, :, None, :] - units[:, None, :, :]) ** 2).sum(axis=-1)

@@ -181,6 +181,21 @@ def test_symmetric_copy_has_the_same_density(mlp_mode):
     np.testing.assert_allclose(align_units(density, [LAYER], x, copy), x, atol=1e-12)
 
 
+def test_align_units_batch_maps_copies_back_point_by_point(mlp_mode):
+    density, x, _ = mlp_mode
+    rng = np.random.default_rng(4)
+    points = x + 0.05 * rng.normal(size=(6, x.size))  # near x, so x's copy is the nearest
+    copies = np.stack([
+        transform_units(density, LAYER, p, permutation=rng.permutation(MLP_H),
+                        signs=rng.choice([-1.0, 1.0], size=MLP_H))
+        for p in points
+    ])
+    aligned = align_units(density, [LAYER], x, copies)
+    np.testing.assert_allclose(aligned, points, atol=1e-12)
+    np.testing.assert_array_equal(align_units(density, [LAYER], x, aligned), aligned)
+    np.testing.assert_array_equal(aligned[2], align_units(density, [LAYER], x, copies[2]))
+
+
 def test_symmetric_copies_are_merged(mlp, mlp_mode):
     density, x, copy = mlp_mode
     starts = np.stack([x, copy])

@@ -134,9 +134,7 @@ def align_population(density, layers, state: kernels.HMCState, weights: np.ndarr
     The symmetries are signed permutations, so gradients move with the positions.
     """
     reference = state.position[np.argmax(weights)]
-    maps = [alignment_map(density, layers, reference, x) for x in state.position]
-    index = np.stack([m[0] for m in maps])
-    signs = np.stack([m[1] for m in maps])
+    index, signs = alignment_map(density, layers, reference, state.position)
 
     def move(values):
         return signs * np.take_along_axis(values, index, axis=1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -376,10 +377,7 @@ def _canonicaliser(density, mlp_layers, reference):
         return None
     layers = [MLPLayer(**layer) for layer in mlp_layers]
 
-    def canonicalise(X):
-        return np.array([align_units(density, layers, reference, x) for x in X]).reshape(X.shape)
-
-    return canonicalise
+    return partial(align_units, density, layers, reference)
 
 
 def _combine(runs: list[NestedRun]) -> tuple[float, float, float, float]:
