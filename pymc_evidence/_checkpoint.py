@@ -20,8 +20,9 @@ import numpy as np
 
 __all__ = ["FORMAT", "StateFile", "ResultDirectory", "run_key"]
 
-#: 3: results typed per method, plumbing shared by every estimator.
-FORMAT = 3
+#: 3: results typed per method, plumbing shared by every estimator; 4: nested's alignment
+#: reference is part of its state.
+FORMAT = 4
 
 _OLDER = ("was written by an older version of pymc-evidence; delete it or pass another "
           "checkpoint path")

@@ -275,14 +275,14 @@ def test_same_seed_identical_and_resumed_run_identical():
 
 # -------------------------------------------------------------------------- symmetry, plateau
 def test_canonicalise_merges_mirror_copies():
-    """Likelihood and prior symmetric under θ → −θ: canonicalising to θ₁ ≥ 0 makes the two
-    mirror modes one cluster, and the evidence is right."""
+    """Likelihood and prior symmetric under θ → −θ: canonicalising to the copy nearest the best
+    live point makes the two mirror modes one cluster, and the evidence is right."""
     mean = np.array([2.0, 1.0, 0.0])
     cov = 0.09 * np.array([[1.0, 0.8, 0.0], [0.8, 1.0, 0.0], [0.0, 0.0, 1.0]])
     log_density, exact, tau = _mixture_target(3, 4.0, [0.5, 0.5], [mean, -mean], [cov, cov])
 
-    def canonicalise(x):
-        return x * np.where(x[:, :1] < 0, -1.0, 1.0)
+    def canonicalise(x, reference):
+        return x * np.where(x @ reference < 0, -1.0, 1.0)[:, None]
 
     rng = np.random.default_rng(2)
     result = nested_core(rng, log_density, rng.normal(0, tau, size=(200, 3)), num_delete=100,
@@ -365,8 +365,8 @@ def test_bad_arguments_raise_before_any_work(change, error):
 @pytest.mark.parametrize("density, canonicalise, match", [
     (CountingDensity(lambda x: np.where(x[:, 0] > 1.0, -np.inf, 0.0)), None, "finite log lik"),
     (CountingDensity(lambda x: np.zeros((len(x), 1))), None, "shape"),
-    (CountingDensity(), lambda x: x + 1.0, "canonicalise must leave"),
-    (CountingDensity(), lambda x: x[:, :1], "shape"),
+    (CountingDensity(), lambda x, reference: x + 1.0, "canonicalise must leave"),
+    (CountingDensity(), lambda x, reference: x[:, :1], "shape"),
 ])
 def test_bad_densities_raise_before_any_step(density, canonicalise, match):
     with pytest.raises(ValueError, match=match):

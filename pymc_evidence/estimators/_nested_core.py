@@ -30,8 +30,10 @@ Two additions to BlackJAX:
   the modes' masses (and, when they differ in likelihood, in Z) that the volume simulation
   does not see. More live points shrink it as 1/√n.
 * **Symmetries**: ``canonicalise`` maps points to one copy of a symmetric posterior (an MLP's
-  permuted hidden units) before covariances and clusters are estimated; chains start from the
-  canonical copy of their starting point.
+  permuted hidden units), the copy nearest the live point of highest likelihood at the latest
+  cluster fit, before covariances and clusters are estimated; chains start from the canonical
+  copy of their starting point. Following the best point keeps the copies' borders away from
+  the region the live points are contracting on.
 
 The evidence uses the trapezoid rule on the expected log-volumes; its error bar comes from
 simulating the volumes (Higson et al. 2018, "Sampling errors in nested sampling parameter
@@ -78,6 +80,7 @@ class Clusters(NamedTuple):
     cholesky: np.ndarray  # (c, d, d) lower Cholesky factors of the clusters' covariances
     log_weight: np.ndarray  # (c,) log(size share) − ½ log det Σ_c: the classifier's constants
     adapted_at: int  # NestedState.n_replaced when fitted
+    reference: np.ndarray | None  # (d,) live point of highest log L then: canonicalise's copy
 
 
 class NestedStepInfo(NamedTuple):
@@ -202,11 +205,12 @@ def nested_core(
         In (0, 1]: stop when the live points hold less than this fraction of the evidence
         found so far.
     canonicalise : callable, optional
-        ``canonicalise(X) -> X'`` maps points to one copy of a symmetry of the model (it must
-        leave ``log_density`` unchanged, which is checked on the initial live points, and be a
-        projection, canonicalise(canonicalise(X)) = canonicalise(X)). Covariances and clusters
-        are estimated on the canonical copies and chains start from them. The kernel is exact
-        without it; with it, exact as the moves mix within a copy.
+        ``canonicalise(X, reference) -> X'`` maps points to their copy, under a symmetry of the
+        model, nearest ``reference`` (d,) (it must leave ``log_density`` unchanged, which is
+        checked on the initial live points, and be a projection for a fixed reference). The
+        reference is the live point of highest likelihood at each cluster fit; covariances and
+        clusters are estimated on the canonical copies and chains start from them. The kernel
+        is exact without it; with it, exact as the moves mix within a copy.
     max_steps : int, optional
         Stop after this many steps in all (counting those of a continued run).
     n_volume_samples : int, default 100
@@ -287,7 +291,7 @@ def nested_core_init(
                              f"{bad[:5].tolist()} have {values[bad[:5]].tolist()}")
     n_evaluations = n
     if canonicalise is not None:
-        canonical = _canonical(canonicalise, live)
+        canonical = _canonical(canonicalise, live, live[np.argmax(log_likelihood)])
         log_prior_c, log_likelihood_c = _evaluate(log_density, canonical)
         n_evaluations += n
         if not (np.allclose(log_prior_c, log_prior, rtol=1e-6, atol=1e-8)
@@ -345,10 +349,11 @@ def nested_core_step(
 
     clusters = state.clusters
     if clusters is None or state.n_replaced - clusters.adapted_at >= _ADAPT_FRACTION * n:
-        clusters = _fit_clusters(_canonical(canonicalise, state.live), max_clusters,
-                                 state.n_replaced)
+        reference = state.live[order[-1]] if canonicalise is not None else None
+        clusters = _fit_clusters(_canonical(canonicalise, state.live, reference), max_clusters,
+                                 state.n_replaced, reference)
     start = survivors[rng.integers(survivors.size, size=k)]
-    x0 = _canonical(canonicalise, state.live[start])
+    x0 = _canonical(canonicalise, state.live[start], clusters.reference)
     labels = _assign(clusters, x0)
     x, log_prior, log_likelihood = x0, state.log_prior[start], state.log_likelihood[start]
     n_evaluations = n_shrink = n_moved = 0
@@ -610,7 +615,8 @@ def _in_slice(points, labels, log_height, threshold, clusters, log_density, cano
     the number evaluated; points outside their cell are rejected without evaluating them."""
     in_cell = np.ones(len(points), dtype=bool)
     if len(clusters.mean) > 1:
-        in_cell = _assign(clusters, _canonical(canonicalise, points)) == labels
+        canonical = _canonical(canonicalise, points, clusters.reference)
+        in_cell = _assign(clusters, canonical) == labels
     log_prior = np.full(len(points), -np.inf)
     log_likelihood = np.full(len(points), -np.inf)
     if in_cell.any():
@@ -620,7 +626,8 @@ def _in_slice(points, labels, log_height, threshold, clusters, log_density, cano
 
 
 # --------------------------------------------------------------------------------- clusters
-def _fit_clusters(points: np.ndarray, max_clusters: int, adapted_at: int) -> Clusters:
+def _fit_clusters(points: np.ndarray, max_clusters: int, adapted_at: int,
+                  reference: np.ndarray | None = None) -> Clusters:
     """Split the live points recursively in two (:func:`_two_means`) while a split is accepted
     and fewer than ``max_clusters`` exist; fit a Gaussian (mean, covariance) to each."""
     n = points.shape[0]
@@ -637,7 +644,7 @@ def _fit_clusters(points: np.ndarray, max_clusters: int, adapted_at: int) -> Clu
     cholesky = np.array([_cholesky(points[g]) for g in groups])
     log_det = np.log(np.diagonal(cholesky, axis1=1, axis2=2)).sum(axis=1)
     log_weight = np.log([g.size / n for g in groups]) - log_det
-    return Clusters(means, cholesky, log_weight, adapted_at)
+    return Clusters(means, cholesky, log_weight, adapted_at, reference)
 
 
 def _two_means(points: np.ndarray) -> np.ndarray | None:
@@ -716,11 +723,13 @@ def _evaluate(log_density: Callable, points: np.ndarray) -> tuple[np.ndarray, np
     return out[0], out[1]
 
 
-def _canonical(canonicalise: Callable | None, points: np.ndarray) -> np.ndarray:
-    """The points' canonical copies (the points themselves without ``canonicalise``)."""
+def _canonical(canonicalise: Callable | None, points: np.ndarray,
+               reference: np.ndarray | None) -> np.ndarray:
+    """The points' copies nearest ``reference`` (the points themselves without
+    ``canonicalise``)."""
     if canonicalise is None:
         return points
-    canonical = np.asarray(canonicalise(points), dtype=float)
+    canonical = np.asarray(canonicalise(points, reference), dtype=float)
     if canonical.shape != points.shape:
         raise ValueError(f"canonicalise must return an array of the shape it is given, "
                          f"{points.shape}, got {canonical.shape}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -35,6 +34,10 @@ __all__ = ["nested"]
 
 #: Seconds between saves of an unfinished run to the checkpoint (finished runs: at once).
 _SAVE_SECONDS = 30.0
+#: Default slice moves per replacement, per parameter: 5 is calibrated on Gaussians and mixtures
+#: up to 20-d (benchmarks/results/nested_core_defaults.md); MLP posteriors, curved along their
+#: hyperparameters, need 20 (benchmarks/results/nested_mlp_inner_steps.md).
+_INNER_STEPS, _MLP_INNER_STEPS = 5, 20
 #: |z| of the insertion-rank test that warns: two-sided p < 1e-3 for a correct sampler.
 _INSERTION_Z_LIMIT = 3.3
 #: Diagnostics columns, one row per step of every run.
@@ -116,10 +119,10 @@ def nested(
     mlp_layers : MLPLayer or list of MLPLayer, optional
         The model's MLP hidden layers (see :class:`~pymc_evidence.MLPLayer`). Each run maps
         points, under the layers' sign-flip and permutation symmetries, to their copy nearest
-        the best of its initial live points before the live points' covariances and clusters
-        are estimated, and chains start from these copies: the likelihood is unchanged, but
-        the slice directions then fit one copy of the posterior's modes instead of spanning
-        all of them. Recommended for every MLP.
+        its live point of highest likelihood (chosen again at every cluster fit) before the
+        live points' covariances and clusters are estimated, and chains start from these
+        copies: the likelihood is unchanged, but the slice directions then fit one copy of
+        the posterior's modes instead of spanning all of them. Recommended for every MLP.
     checkpoint : str or path, optional
         File where every finished run is saved at once, and an unfinished one every 30 s
         (atomically, with its random state). If it exists, nested() resumes from it and
@@ -201,10 +204,10 @@ def nested(
     num_inner_steps = integer("num_inner_steps", num_inner_steps, 1, optional=True)
     model = resolve_model(model)
     density = get_density(model, backend=backend)
+    layers = as_layers(mlp_layers, density)
     settings = _settings(density.dim, n_live, num_delete, num_inner_steps, termination,
                          target_se, n_runs, max_runs, max_clusters, max_steps, backend,
-                         random_seed)
-    layers = as_layers(mlp_layers, density)
+                         random_seed, bool(layers))
     settings["mlp_layers"] = [vars(layer) for layer in layers] or None
     store = StateFile(checkpoint, run_key(settings, density, random_seed))
     saved = store.load()
@@ -249,8 +252,8 @@ def _sample(model, density, saved, store, settings, cores, progressbar) -> list[
         saved["current"] = None
         store.save(saved)
 
-    def save_current(index, state, rng_state, reference):
-        saved["current"] = (index, state, rng_state, reference)
+    def save_current(index, state, rng_state):
+        saved["current"] = (index, state, rng_state)
         store.save(saved)
 
     with contextlib.ExitStack() as stack:
@@ -307,7 +310,7 @@ def _worker_run(seed, settings, index) -> tuple[NestedRun, float]:
 
 
 def _settings(dim, n_live, num_delete, num_inner_steps, termination, target_se, n_runs,
-              max_runs, max_clusters, max_steps, backend, random_seed) -> dict:
+              max_runs, max_clusters, max_steps, backend, random_seed, mlp) -> dict:
     """Every option, defaults filled in from the dimension, checked against each other."""
     n_live = max(100, 25 * dim) if n_live is None else n_live
     if n_live <= dim:
@@ -316,7 +319,8 @@ def _settings(dim, n_live, num_delete, num_inner_steps, termination, target_se, 
     num_delete = max(1, n_live // 2) if num_delete is None else num_delete
     if num_delete >= n_live:
         raise ValueError(f"num_delete must be smaller than n_live={n_live}, got {num_delete}")
-    num_inner_steps = max(4, 5 * dim) if num_inner_steps is None else num_inner_steps
+    if num_inner_steps is None:
+        num_inner_steps = max(4, (_MLP_INNER_STEPS if mlp else _INNER_STEPS) * dim)
     return {
         "n_live": n_live, "num_delete": num_delete, "num_inner_steps": num_inner_steps,
         "termination": float(termination), "target_se": target_se, "n_runs": n_runs,
@@ -330,16 +334,15 @@ def _settings(dim, n_live, num_delete, num_inner_steps, termination, target_se, 
 def _one_run(density, seed, settings, index, progressbar, current, save) -> NestedRun:
     """One nested-sampling run from exact prior draws, on its own random stream; continued
     from ``current`` = (index, state, rng state) when the checkpoint holds this run unfinished.
-    ``save(index, state, rng_state, reference)``, when given, keeps the unfinished run every
+    ``save(index, state, rng_state)``, when given, keeps the unfinished run every
     ``_SAVE_SECONDS``."""
     rng = np.random.default_rng(seed)
     if current is not None and current[0] == index:
-        _, live, rng_state, reference = current
+        _, live, rng_state = current
         rng.bit_generator.state = rng_state
     else:
         live = density.prior_draws(rng, settings["n_live"])
-        reference = _reference(density, live) if settings["mlp_layers"] else None
-    canonicalise = _canonicaliser(density, settings["mlp_layers"], reference)
+    canonicalise = _canonicaliser(density, settings["mlp_layers"])
     bar = progress_bar(progressbar, desc=f"Nested sampling (run {index + 1})", unit=" steps")
     last_save = time.perf_counter()
 
@@ -349,7 +352,7 @@ def _one_run(density, seed, settings, index, progressbar, current, save) -> Nest
             bar.update(1)
             bar.set_postfix_str(f"log X={info.log_x:.1f}, log Z≈{info.log_z:.2f}")
         if save is not None and time.perf_counter() - last_save > _SAVE_SECONDS:
-            save(index, state, rng.bit_generator.state, reference)
+            save(index, state, rng.bit_generator.state)
             last_save = time.perf_counter()
 
     try:
@@ -365,19 +368,18 @@ def _one_run(density, seed, settings, index, progressbar, current, save) -> Nest
             bar.close()
 
 
-def _reference(density, live: np.ndarray) -> np.ndarray:
-    """The initial live point of highest likelihood: the copy the run's points are aligned to."""
-    return live[np.argmax(density.log_densities(live)[1])]
-
-
-def _canonicaliser(density, mlp_layers, reference):
-    """``canonicalise(X)`` for nested_core: each point's symmetry copy nearest ``reference``,
-    a projection (aligning an aligned point changes nothing); None without MLP layers."""
+def _canonicaliser(density, mlp_layers):
+    """``canonicalise(X, reference)`` for nested_core: each point's symmetry copy nearest the
+    reference, a projection (aligning an aligned point changes nothing); None without MLP
+    layers."""
     if not mlp_layers:
         return None
     layers = [MLPLayer(**layer) for layer in mlp_layers]
 
-    return partial(align_units, density, layers, reference)
+    def canonicalise(X, reference):
+        return align_units(density, layers, reference, X)
+
+    return canonicalise
 
 
 def _combine(runs: list[NestedRun]) -> tuple[float, float, float, float]:
@@ -483,6 +485,15 @@ def _warn_on_soft_problems(messages, runs, se, settings) -> None:
              "evidence can be off by more than its error bar shows (20-d correlated Gaussian: "
              "+0.7 to +1.7 SE with 2 d moves, +3.8 to +5.2 SE with d; 100-d: 9 SE low with "
              "d/2, 35 SE high with d). Keep the default, 5 d, or more.", stacklevel=5)
+    elif (settings["mlp_layers"]
+          and settings["num_inner_steps"] < _MLP_INNER_STEPS * settings["dim"]):
+        warn(messages, f"num_inner_steps={settings['num_inner_steps']} is below "
+             f"{_MLP_INNER_STEPS} times the MLP's {settings['dim']} parameters: on MLP "
+             "posteriors the live points then lag "
+             "behind the contracting region and the evidence comes out low by more than its "
+             "error bar (robot-arm MLP, 17 parameters: 1.6 nats low with 5 d moves, runs "
+             "spread 3 times their SE). Keep the default for MLPs, 20 d, or more.",
+             stacklevel=5)
     target = settings["target_se"]
     if target is not None and se > target:
         warn(messages, f"target_se={target} not reached (SE {se:.3f}) within max_runs="
