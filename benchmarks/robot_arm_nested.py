@@ -106,8 +106,9 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "",
         "Both methods: `robot_arm_mlp(h)`, `mlp_layers=ROBOT_ARM_LAYER`, `random_seed=h`, "
         "`cores=1`, one method at a time. Nested: default `n_live` (max(100, 25 d)) and "
-        "`num_inner_steps` (5 d), 4 runs, `target_se=None`. Chaining: 64 particles × 4 groups, "
-        "`target_cess=0.95`, as `robot_arm_curve.py`. Seconds: sampling, every session. "
+        "`num_inner_steps` (20 d with `mlp_layers`), 4 runs, `target_se=None`. Chaining: 64 "
+        "particles × 4 groups, `target_cess=0.95`, as `robot_arm_curve.py`. Seconds: "
+        "sampling, every session. "
         "H: information (nats). Δ/σ: (nested − chaining) / √(se_n² + se_c²).",
         "",
         "| h | dim | nested log Z | nested s | H | insertion z | chaining log Z | chaining s "

@@ -135,6 +135,12 @@ def test_mlp_layers_align_points_and_keep_the_evidence():
                              target_se=0.15)
     assert abs(res.log_evidence - exact) < 3 * res.se, (res.log_evidence, res.se, exact)
     assert res.settings["mlp_layers"][0]["weights"] == "W"
+    dim = pm_evidence.get_density(model).dim
+    assert res.settings["num_inner_steps"] == 20 * dim  # the MLP default
+    assert not any("times the MLP" in message for message in res.warnings)
+    with pytest.warns(EvidenceWarning, match="below 20 times the MLP"):
+        pm_evidence.nested(model, mlp_layers=layer, num_inner_steps=5 * dim, max_steps=2,
+                           target_se=None, random_seed=0, progressbar=False)
     with pytest.raises(ValueError, match="not an untransformed free variable"):
         pm_evidence.nested(model, mlp_layers=pm_evidence.MLPLayer("w_in"), progressbar=False)
 

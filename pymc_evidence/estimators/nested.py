@@ -105,7 +105,10 @@ def nested(
     num_inner_steps : int, optional
         Slice moves per replacement. Default ``5 d`` (at least 4): on a 20-d correlated
         Gaussian, fewer moves bias log Z upwards beyond its SE (``2 d``: +0.7 to +1.7 SE,
-        ``d``: +3.8 to +5.2 SE; ``benchmarks/results/nested_core_defaults.md``).
+        ``d``: +3.8 to +5.2 SE; ``benchmarks/results/nested_core_defaults.md``). With
+        ``mlp_layers``, ``20 d``: MLP posteriors are curved along their hyperparameters and
+        with ``5 d`` the live points lag behind the contracting region, which biases log Z
+        low beyond its SE (``benchmarks/results/nested_mlp_inner_steps.md``).
     termination : float, default 1e-3
         Stop a run when the live points hold less than this fraction of its evidence.
     n_runs : int, default 2
