@@ -1,4 +1,4 @@
-r"""Nested sampling's PyMC-free core: nested slice sampling (Yallup et al. 2025) in NumPy.
+r"""Nested sampling's PyMC-free core: nested slice sampling (Yallup et al. 2026) in NumPy.
 
 Nested sampling (Skilling 2006) writes the evidence as a one-dimensional integral over the
 prior volume X(λ) = ∫_{L(θ)>λ} π(θ) dθ,
@@ -10,7 +10,7 @@ prior volume X(λ) = ∫_{L(θ)>λ} π(θ) dθ,
 and estimates it from n "live" points drawn from the prior: the point of lowest likelihood L*
 dies, its volume X* shrinks geometrically (X_i / X_{i−1} ~ Beta(n, 1), E[log] = −1/n), and it is
 replaced by a draw from the prior restricted to L > L*. Here the replacement is drawn as in
-BlackJAX's nested slice sampling (``blackjax.ns``; Yallup et al. 2025, "Nested slice
+BlackJAX's nested slice sampling (``blackjax.ns``; Yallup et al. 2026, "Nested slice
 sampling"): ``num_delete`` points die per step; as many survivors, picked uniformly, are moved
 by ``num_inner_steps`` hit-and-run slice-sampling moves (Neal 2003, §4: stepping out and
 shrinkage) on the constrained prior, all chains at once, one batched density call per round;
@@ -174,7 +174,7 @@ def nested_core(
     Every step kills the ``num_delete`` live points of lowest likelihood, the largest of their
     log L being the new threshold L*, and replaces them by ``num_delete`` survivors, picked
     uniformly, each moved by ``num_inner_steps`` hit-and-run slice moves on π restricted to
-    L > L* (Yallup et al. 2025; BlackJAX ``blackjax.ns.nss``). A step deleting k of n points
+    L > L* (Yallup et al. 2026; BlackJAX ``blackjax.ns.nss``). A step deleting k of n points
     counts as k sequential deletions with n, n−1, …, n−k+1 live points: the i-th dead point's
     volume shrinks by E[log t_i] = −1/n_i (Skilling 2006). The run stops once the live points'
     share of the evidence is small,

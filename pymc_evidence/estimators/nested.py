@@ -1,5 +1,5 @@
 r"""Nested sampling for any PyMC model: the estimator :func:`nested` (Skilling 2006), by nested
-slice sampling on the compiled density (Yallup et al. 2025).
+slice sampling on the compiled density (Yallup et al. 2026).
 
 The sampler itself, with no PyMC, is :mod:`._nested_core`; this module runs independent runs of
 it on a model's compiled density until the error bar reaches ``target_se``, and combines them
@@ -72,7 +72,7 @@ def nested(
     step the ``num_delete`` points of lowest likelihood die, their volumes shrink by
     :math:`E[\log t] = -1/n_i`, and they are replaced by survivors moved by
     ``num_inner_steps`` hit-and-run slice moves on the prior (with its Jacobians) restricted to
-    :math:`L > L^*` (Yallup et al. 2025), all replacements in one batched call of the compiled
+    :math:`L > L^*` (Yallup et al. 2026), all replacements in one batched call of the compiled
     density; directions come from the covariance of the live points, per cluster where the
     contour splits into separated modes. Unlike a tempering path there is no phase
     transition to cross: the compression is by likelihood level, not temperature.
@@ -191,8 +191,8 @@ def nested(
     sampling parameter estimation. Bayesian Analysis 13(3), 873–896.
     Fowlie, A., Handley, W. and Su, L. (2020). Nested sampling cross-checks using order
     statistics. MNRAS 497(4), 5256–5263.
-    Yallup, D., Kroupa, N. and Handley, W. (2025). Nested slice sampling. The algorithm of
-    BlackJAX's ``blackjax.ns``.
+    Yallup, D., Kroupa, N. and Handley, W. (2026). Nested slice sampling. arXiv:2601.23252.
+    The algorithm of BlackJAX's ``blackjax.ns``.
     """
     start = time.perf_counter()
     number("target_se", target_se, low=0, low_open=True, optional=True)
