@@ -36,7 +36,7 @@ __all__ = ["nested"]
 _SAVE_SECONDS = 30.0
 #: Default slice moves per replacement, per parameter: 5 is calibrated on Gaussians and mixtures
 #: up to 20-d (benchmarks/results/nested_core_defaults.md); MLP posteriors, curved along their
-#: hyperparameters, need 20 (benchmarks/results/nested_mlp_inner_steps.md).
+#: hyperparameters, need 20 (benchmarks/nested_mlp_inner_steps.py).
 _INNER_STEPS, _MLP_INNER_STEPS = 5, 20
 #: |z| of the insertion-rank test that warns: two-sided p < 1e-3 for a correct sampler.
 _INSERTION_Z_LIMIT = 3.3
@@ -108,7 +108,7 @@ def nested(
         ``d``: +3.8 to +5.2 SE; ``benchmarks/results/nested_core_defaults.md``). With
         ``mlp_layers``, ``20 d``: MLP posteriors are curved along their hyperparameters and
         with ``5 d`` the live points lag behind the contracting region, which biases log Z
-        low beyond its SE (``benchmarks/results/nested_mlp_inner_steps.md``).
+        low beyond its SE (``benchmarks/nested_mlp_inner_steps.py``).
     termination : float, default 1e-3
         Stop a run when the live points hold less than this fraction of its evidence.
     n_runs : int, default 2
@@ -464,8 +464,9 @@ def _warn_on_soft_problems(messages, runs, se, settings) -> None:
     if len(runs) > 1 and chi2.sf(spread, len(runs) - 1) < 1e-3:
         warn(messages, f"independent runs disagree beyond their errors (log Z from "
              f"{log_z.min():.2f} to {log_z.max():.2f}, each ± {np.median(se_runs):.2f}): the "
-             "runs do not agree on the posterior's modes. The SE includes the spread; use more "
-             "live points (n_live) or inner steps (num_inner_steps).", stacklevel=5)
+             "runs do not agree on the posterior's modes or their moves do not reach the whole "
+             "constrained region. The SE includes the spread but not a bias the runs share; "
+             "raise num_inner_steps first, then n_live.", stacklevel=5)
     insertion = _insertion_z(runs)
     if abs(insertion) > _INSERTION_Z_LIMIT:
         side = "above" if insertion > 0 else "below"
@@ -494,7 +495,7 @@ def _warn_on_soft_problems(messages, runs, se, settings) -> None:
              f"{_MLP_INNER_STEPS} times the MLP's {settings['dim']} parameters: on MLP "
              "posteriors the live points then lag "
              "behind the contracting region and the evidence comes out low by more than its "
-             "error bar (robot-arm MLP, 17 parameters: 1.6 nats low with 5 d moves, runs "
+             "error bar (robot-arm MLP, 17 parameters: about 1.7 nats low with 5 d moves, runs "
              "spread 3 times their SE). Keep the default for MLPs, 20 d, or more.",
              stacklevel=5)
     target = settings["target_se"]
