@@ -264,8 +264,11 @@ def _sample(model, density, saved, store, settings, cores, progressbar) -> list[
         while (wanted := _runs_wanted(runs, settings)) > len(runs):
             todo = range(len(runs), wanted)
             fork = fork_is_safe()
-            workers = 1 if not seconds else n_workers(
-                cores, float(np.median(seconds)) * len(todo), len(todo), fork)
+            if not seconds:  # the first run alone: its time decides whether workers pay
+                todo, workers = todo[:1], 1
+            else:
+                workers = n_workers(cores, float(np.median(seconds)) * len(todo), len(todo),
+                                    fork)
             if workers <= 1:
                 for index in todo:
                     begun = time.perf_counter()
