@@ -64,6 +64,20 @@ def test_bimodal_mixture_within_its_error():
     assert res.diagnostics["n_clusters"].max() >= 2  # the contour split into the two modes
 
 
+@pytest.mark.slow
+def test_correlated_gaussian_d100_within_its_error():
+    """100-d Gaussian likelihood with AR(1) correlation 0.9 (information about 309 nats), where
+    pm.sample_smc is 12 nats high: default slice moves (5 d), 250 live points to keep it to
+    minutes (the default 2500 costs ten times more per run)."""
+    model, exact = testing.correlated_gaussian(dim=100)
+    res = pm_evidence.nested(model, n_live=250, n_runs=2, target_se=None, random_seed=0,
+                             progressbar=False)
+    assert res.settings["num_inner_steps"] == 500
+    assert abs(res.log_evidence - exact) < 3 * res.se, (res.log_evidence, res.se, exact)
+    assert abs(res.information - 309) < 15  # KL(posterior || prior), computed in closed form
+    assert abs(res.insertion_z) < 3.3
+
+
 def test_same_seed_same_result():
     model, _ = testing.beta_binomial()
     options = dict(random_seed=7, progressbar=False, target_se=None, n_live=50)

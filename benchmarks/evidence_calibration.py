@@ -1,0 +1,173 @@
+"""Nested sampling, thermodynamic chaining and ``pm.sample_smc`` on exact-evidence models:
+calibration of the error bars over seeds, and efficiency at equal accuracy.
+
+For every case and seed the same process runs the three methods one after another (the order
+rotating from seed to seed), each as a user would call it:
+
+* ``pm_evidence.nested(model, random_seed=seed, progressbar=False)``: defaults
+  (``target_se=0.1``), except on the 100-d Gaussian (:data:`NESTED_OPTIONS`), where the default
+  2500 live points would take hours per fit;
+* ``pm_evidence.thermodynamic(model, random_seed=seed, progressbar=False)``: defaults;
+* ``pm.sample_smc(model=model, random_seed=seed, progressbar=False)``: defaults on the C backend,
+  its estimate and SE as in ``thermodynamic_vs_smc.py`` (log-mean-exp of the chains' evidences;
+  SE = their SD / √chains, from 2 chains).
+
+Per case and method: bias, RMSE, mean reported SE, mean |error| / SE (0.80 for a calibrated
+Gaussian error bar), the fraction within 2 SE (0.95), mean wall time (compilation included),
+efficiency = 1 / (MSE × time), and the time an unbiased method would need for an RMSE of 0.1 nats
+(MSE × time / 0.01: error variance falls as 1/time), left blank where |bias| > 0.1.
+
+Usage::
+
+    python benchmarks/evidence_calibration.py                  # 10 seeds, every case
+    python benchmarks/evidence_calibration.py --seeds 2 --cases beta_binomial   # a quick look
+
+Written: ``benchmarks/results/evidence_calibration.md`` and the runs in ``.csv`` beside it, both
+rewritten after every case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import math
+import os
+import platform
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import pymc_evidence as pm_evidence
+from thermodynamic_vs_smc import _cases, run_smc, smc_kwargs, timed
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTPUT = ROOT / "benchmarks" / "results" / "evidence_calibration.md"
+METHODS = ("nested", "thermodynamic", "smc")
+#: Non-default nested settings: 250 live points on the 100-d Gaussian (information 309 nats),
+#: two runs, so that a fit takes minutes; its SE is then about 0.8 nats.
+NESTED_OPTIONS = {"correlated_gaussian_d100": {"n_live": 250, "n_runs": 2, "target_se": None}}
+TARGET_RMSE = 0.1
+
+
+def run(method: str, case: str, model, seed: int, smc_options: dict) -> dict:
+    if method == "smc":
+        return run_smc(model, seed, smc_options)
+    estimator = pm_evidence.nested if method == "nested" else pm_evidence.thermodynamic
+    options = NESTED_OPTIONS.get(case, {}) if method == "nested" else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
+        result = estimator(model, random_seed=seed, progressbar=False, **options)
+    return {"log_z": result.log_evidence, "se": result.se, "n_warnings": len(result.warnings)}
+
+
+def warm_up(smc_options: dict) -> None:
+    """Each method once, untimed, on a throwaway model: a process's first compilation pays
+    one-off costs that would otherwise be charged to whichever method runs first."""
+    import pymc as pm
+
+    with pm.Model() as model:
+        mean = pm.Normal("mean")
+        pm.Normal("y", mean, 1.0, observed=[0.1, -0.3, 0.2])
+    for method in METHODS:
+        run(method, "warm-up", model, 0, smc_options)
+
+
+def summarise(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (case, method) over the finished runs."""
+    rows = []
+    for (case, method), group in runs[runs["ok"]].groupby(["case", "method"], sort=False):
+        error = group["log_z"] - group["exact"]
+        mse, seconds = float(np.mean(error**2)), float(group["time_s"].mean())
+        bias = float(error.mean())
+        attempted = ((runs["case"] == case) & (runs["method"] == method)).sum()
+        rows.append({
+            "case": case, "method": method, "runs": f"{len(group)}/{attempted}",
+            "bias": bias, "rmse": math.sqrt(mse), "mean_se": group["se"].mean(),
+            "mean_abs_z": float(np.mean(np.abs(error) / group["se"])),
+            "within_2se": float(np.mean(np.abs(error) <= 2 * group["se"])),
+            "seconds": seconds, "efficiency": 1 / (mse * seconds),
+            "seconds_to_rmse": (mse * seconds / TARGET_RMSE**2 if abs(bias) <= TARGET_RMSE
+                                else math.nan),
+        })
+    return pd.DataFrame(rows)
+
+
+def report(runs: pd.DataFrame, command: str, cases: dict, finished: bool) -> str:
+    import pymc as pm
+    import pytensor
+
+    table = summarise(runs)
+    lines = [
+        "# Nested sampling, thermodynamic chaining and pm.sample_smc on exact-evidence models", "",
+        f"Written by `{command}` on {datetime.date.today()}"
+        + ("" if finished else " (**partial**: still running or interrupted)") + ". "
+        f"Python {platform.python_version()}, PyMC {pm.__version__}, PyTensor "
+        f"{pytensor.__version__}, {os.cpu_count()} cores, one BLAS thread; each method at its "
+        "defaults (nested and chaining start worker processes when runs are long enough; "
+        "`pm.sample_smc` runs its 2 chains on 2 cores), "
+        + "; ".join(f"nested on `{c}` with {o}" for c, o in NESTED_OPTIONS.items()) + ".", "",
+        "Cases (`pymc_evidence.testing`): " + "; ".join(
+            f"`{name}` = `{description}`" for name, description in cases.items()) + ".", "",
+        "Error = estimate − exact (nats). |z| = |error| / reported SE: 0.80 on average and 95 % "
+        "within 2 SE for a calibrated error bar. Seconds: mean wall time of a call, compilation "
+        "included. Efficiency = 1 / (MSE × seconds). Seconds to RMSE 0.1 = MSE × seconds / 0.01, "
+        "what the method would need for an RMSE of 0.1 nats if its error variance falls as "
+        "1 / time; blank where its bias alone exceeds 0.1.", "",
+        "| case | method | runs | bias | RMSE | mean SE | mean abs z | within 2 SE | seconds "
+        "| efficiency | seconds to RMSE 0.1 |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for row in table.itertuples():
+        to_rmse = "" if math.isnan(row.seconds_to_rmse) else f"{row.seconds_to_rmse:.3g}"
+        lines.append(
+            f"| {row.case} | {row.method} | {row.runs} | {row.bias:+.3f} | {row.rmse:.3f} "
+            f"| {row.mean_se:.3f} | {row.mean_abs_z:.2f} | {row.within_2se:.0%} "
+            f"| {row.seconds:.1f} | {row.efficiency:.3g} | {to_rmse} |")
+    failed = runs[~runs["ok"]]
+    lines += ["", "## Failures", ""]
+    lines += [f"- `{r.case}` {r.method} seed {r.seed}: {r.error_type}: {r.error}"
+              for r in failed.itertuples()] or ["None."]
+    lines += ["", "## Notes", "", "(written by hand after the run)", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    all_cases = _cases()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--cases", nargs="+", choices=list(all_cases), default=list(all_cases))
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    args = parser.parse_args(argv)
+    logging.getLogger("pymc").setLevel(logging.ERROR)
+    command = " ".join(["python benchmarks/evidence_calibration.py", *argv])
+    smc_options = smc_kwargs()
+    cases = {name: all_cases[name][0] for name in args.cases}
+    warm_up(smc_options)
+    rows = []
+    for name in args.cases:
+        model, exact = all_cases[name][1]()
+        for seed in range(args.seeds):
+            order = METHODS[seed % 3:] + METHODS[:seed % 3]
+            for method in order:
+                result = timed(run, method, name, model, seed, smc_options)
+                rows.append({"case": name, "method": method, "seed": seed, "exact": exact,
+                             **{k: result.get(k) for k in
+                                ("ok", "log_z", "se", "time_s", "error_type", "error")}})
+                status = (f"{result['log_z'] - exact:+.3f} ± {result['se']:.3f}" if result["ok"]
+                          else f"{result['error_type']}: {result['error'][:100]}")
+                print(f"{name} {method} seed {seed}: {status} ({result['time_s']:.1f} s)",
+                      flush=True)
+        runs = pd.DataFrame(rows)
+        runs.to_csv(args.output.with_suffix(".csv"), index=False)
+        args.output.write_text(report(runs, command, cases, finished=False))
+    args.output.write_text(report(pd.DataFrame(rows), command, cases, finished=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
