@@ -43,7 +43,7 @@ class HMCInfo(NamedTuple):
 
     acceptance_rate: np.ndarray  # (K,) min(1, exp(-ΔH))
     accepted: np.ndarray  # (K,) bool
-    divergent: np.ndarray  # (K,) bool: non-finite or |ΔH| > DIVERGENCE_THRESHOLD
+    divergent: np.ndarray  # (K,) bool: non-finite or ΔH > DIVERGENCE_THRESHOLD
     energy_change: np.ndarray  # (K,) ΔH of the proposal
 
 
@@ -200,6 +200,8 @@ def hmc_step(
     A proposal with non-finite density (outside the support, overflow) is rejected for that chain
     only; it cannot affect the others.
     """
+    if n_leapfrog < 1:
+        raise ValueError(f"n_leapfrog must be at least 1, got {n_leapfrog}")
     K = state.position.shape[0]
     eps = np.broadcast_to(np.asarray(step_size, dtype=float), (K,))[:, None]
     momentum = metric.sample_momentum(rng, K)
@@ -224,7 +226,8 @@ def hmc_step(
     finite &= np.all(np.isfinite(grad), axis=1)
     log_accept = np.where(finite, np.minimum(0.0, -energy_change), -np.inf)
     accepted = np.log(rng.uniform(size=K)) < log_accept
-    divergent = ~finite | (np.abs(np.where(finite, energy_change, 0.0)) > DIVERGENCE_THRESHOLD)
+    # Only an energy *gain* diverges (Stan's rule): a large drop is accepted, not a failure.
+    divergent = ~finite | (np.where(finite, energy_change, 0.0) > DIVERGENCE_THRESHOLD)
 
     keep = accepted[:, None]
     new_state = HMCState(

@@ -168,6 +168,29 @@ def test_hmc_step_flags_and_rejects_divergent_trajectories():
     assert np.all(np.abs(info.energy_change) < 0.1)
 
 
+def _flat_with_a_pit(positions):
+    """Flat (zero gradients) except log L = −5000 at the origin: every move out of the origin
+    gains 5000 nats of density, an energy drop ΔH = −5000 minus the kinetic change."""
+    zeros = np.zeros(len(positions))
+    log_likelihood = np.where(np.all(positions == 0, axis=1), -5000.0, 0.0)
+    return DensityValues(zeros, log_likelihood, np.zeros_like(positions),
+                         np.zeros_like(positions))
+
+
+def test_a_large_energy_drop_is_accepted_not_divergent():
+    """ΔH of thousands of nats *below* zero: such moves are accepted, and only an energy gain
+    counts as divergent (Stan's rule), so the divergence count stays a count of rejections.
+    n_leapfrog must be at least 1."""
+    rng = np.random.default_rng(5)
+    start = kernels.init(_flat_with_a_pit, np.zeros((4, 3)))
+    state, info = kernels.hmc_step(rng, start, _flat_with_a_pit, 1.0, 0.1, Metric(np.ones(3)), 5)
+    assert np.all(info.energy_change < -kernels.DIVERGENCE_THRESHOLD)
+    assert np.all(info.accepted) and not np.any(info.divergent)
+    assert np.all(state.log_likelihood == 0)
+    with pytest.raises(ValueError, match="n_leapfrog must be at least 1"):
+        kernels.hmc_step(rng, start, _flat_with_a_pit, 1.0, 0.1, Metric(np.ones(3)), 0)
+
+
 def _standard_normal_with_hole(positions):
     """N(0, I) with log likelihood −∞ (gradient NaN) where x₀ < −2.75: outside a support."""
     values = _standard_normal(positions)
