@@ -357,7 +357,7 @@ class CMCResult(EvidenceResult):
 
 @dataclass(frozen=True, repr=False)  # keeps the summary as repr
 class NestedResult(EvidenceResult):
-    """:func:`~pymc_evidence.nested`'s result: the mean of independent runs' log evidences.
+    """:func:`~pymc_evidence.nested`'s result: independent runs' evidences, averaged.
 
     Attributes
     ----------

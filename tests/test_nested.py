@@ -78,6 +78,31 @@ def test_correlated_gaussian_d100_within_its_error():
     assert abs(res.insertion_z) < 3.3
 
 
+def test_runs_are_averaged_over_z_so_a_mode_some_runs_missed_counts():
+    """Robot-arm MLP h=3: two of four runs found a mode worth 72 nats more evidence. Averaging
+    log Z would land between the two groups (-95), wherever more runs put it; averaging Z
+    gives the mode's value, up to log(4/2) for the runs that missed it, and an SE that says
+    only some runs found it."""
+    from types import SimpleNamespace
+
+    from pymc_evidence.estimators.nested import _combine
+
+    def runs(log_z, se):
+        return [SimpleNamespace(log_z=v, log_z_se=s) for v, s in zip(log_z, se)]
+
+    found = [-59.49, -58.79]
+    estimate, se, within, between = _combine(runs([-131.71, -131.31, *found], [0.4] * 4))
+    assert -59.9 < estimate < -59.6  # log((e^-59.57 + e^-58.87) / 4)
+    assert se == between > 0.5 and within < 0.4
+    # Runs that agree: the mean log Z (to a fifth of the SE here: -s^2/2 + (R-1)/2R var) and
+    # the usual SEs.
+    log_z, s = np.array([-10.3, -10.1, -10.6, -10.2]), np.full(4, 0.3)
+    estimate, se, within, between = _combine(runs(log_z, s))
+    assert abs(estimate - log_z.mean()) < 0.2 * se
+    assert abs(within - 0.15) < 0.005
+    assert abs(between - log_z.std(ddof=1) / 2) < 0.01
+
+
 def test_same_seed_same_result():
     model, _ = testing.beta_binomial()
     options = dict(random_seed=7, progressbar=False, target_se=None, n_live=50)

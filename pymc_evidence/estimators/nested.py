@@ -78,15 +78,20 @@ def nested(
     transition to cross: the compression is by likelihood level, not temperature.
 
     Each run's error is the spread of log Z over simulated log-volume sequences (Higson et al.
-    2018). Runs are repeated with independent random streams; the estimate is their mean and
+    2018). Runs are repeated with independent random streams. The estimate averages the
+    runs' evidences, not their logs, so that runs which found a mode that others missed count
+    as they should:
 
     .. math::
 
-        \mathrm{SE} = \max\Bigl(\tfrac1R \sqrt{\textstyle\sum_r s_r^2},\;
-        \operatorname{sd}(\log \hat Z_r)/\sqrt R\Bigr),
+        \log\hat Z = \log \tfrac1R \textstyle\sum_r e^{\log\hat Z_r - s_r^2/2},\quad
+        \mathrm{SE} = \max\Bigl(\sqrt{\textstyle\sum_r w_r^2 s_r^2},\;
+        \sqrt{\tfrac{R}{R-1}\textstyle\sum_r (w_r - 1/R)^2}\Bigr),
 
-    the runs' own errors combined, or their spread if it is larger (modes whose shares the
-    runs do not agree on). More runs are started until the SE is at most ``target_se``.
+    :math:`w_r` being each run's share of the sum (about 1/R when the runs agree): the larger
+    of the runs' own errors combined and their spread (modes whose shares the runs do not
+    agree on, or that some runs missed). More runs are started until the SE is at most
+    ``target_se``.
 
     Parameters
     ----------
@@ -389,13 +394,28 @@ def _canonicaliser(density, mlp_layers):
 
 
 def _combine(runs: list[NestedRun]) -> tuple[float, float, float, float]:
-    """log Z, SE, and its two parts (within runs, between runs), from the runs."""
+    r"""log Z, SE, and its two parts (within runs, between runs), from the runs.
+
+    The runs' evidences are averaged, not their log evidences: a run whose live points all
+    missed a mode that holds most of the evidence is low by the mode's whole share, and only
+    an average over Z lets the runs that found it count (as merging the runs would). Each
+    run's Z is taken as :math:`\exp(\log\hat Z_r - s_r^2/2)`, unbiased when
+    :math:`\log\hat Z_r` is normal with SE :math:`s_r`; with weights :math:`w_r` proportional
+    to these, the within-run SE is :math:`\sqrt{\sum_r w_r^2 s_r^2}` and the between-run SE
+    (delta method) :math:`\sqrt{R/(R-1)\sum_r (w_r - 1/R)^2}`. When the runs agree these are
+    :math:`\sqrt{\sum s_r^2}/R` and :math:`\operatorname{sd}(\log\hat Z_r)/\sqrt R`, and
+    the estimate is their mean log Z plus :math:`\frac{R-1}{2R}\operatorname{var}(\log\hat
+    Z_r) - s^2/2`, about :math:`-s^2/2R` when the runs' SEs describe their spread.
+    """
     log_z = np.array([r.log_z for r in runs])
     se_runs = np.array([r.log_z_se for r in runs])
     R = len(runs)
-    within = float(np.sqrt(np.sum(se_runs**2)) / R)
-    between = float(np.std(log_z, ddof=1) / np.sqrt(R)) if R > 1 else np.nan
-    return float(np.mean(log_z)), float(np.nanmax([within, between])), within, between
+    unbiased = log_z - se_runs**2 / 2
+    weights = np.exp(unbiased - logsumexp(unbiased))
+    within = float(np.sqrt(np.sum(weights**2 * se_runs**2)))
+    between = float(np.sqrt(R / (R - 1) * np.sum((weights - 1 / R) ** 2))) if R > 1 else np.nan
+    estimate = float(logsumexp(unbiased) - np.log(R))
+    return estimate, float(np.nanmax([within, between])), within, between
 
 
 def _result(rng, model, density, runs, settings, timing, start) -> NestedResult:
