@@ -11,7 +11,8 @@ For each number of hidden units h (ascending) this runs, on ``robot_arm_mlp(h)``
 Every run is checkpointed to ``DIR/{method}_h{h}.ckpt``: a killed invocation resumes where it
 stopped, and finished runs return at once. After each finished run its row in
 ``benchmarks/results/robot_arm_nested.csv`` is written (replacing an older row for the same h and
-method) and ``benchmarks/results/robot_arm_nested.md`` is rewritten from the CSV. Nested sampling's
+method) and ``benchmarks/results/robot_arm_nested.md`` is rewritten from the CSV (keeping its
+hand-written ``## Notes``). Nested sampling's
 cost grows about as dim² × information, so h = 8 (47 parameters) may take hours.
 
 Usage::
@@ -128,8 +129,10 @@ def summarise(table: pd.DataFrame, command: str) -> str:
             f"| {_number(nested, 'insertion_z', '+.2f')} | {_estimate(chaining)} "
             f"| {_number(chaining, 'seconds', '.0f')} | {z} |"
         )
-    lines += ["", "## Notes", "", "(to be written by hand after the run)", ""]
-    return "\n".join(lines)
+    notes = "## Notes\n\n(to be written by hand after the run)\n"
+    if MARKDOWN.exists() and "## Notes" in MARKDOWN.read_text():
+        notes = MARKDOWN.read_text()[MARKDOWN.read_text().index("## Notes"):]
+    return "\n".join(lines) + "\n\n" + notes
 
 
 def main(argv=None) -> int:
