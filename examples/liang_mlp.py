@@ -169,8 +169,16 @@ def figure(table: pd.DataFrame, results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    pm_evidence.plot_cmc_path(results, ax=left)
-    left.set_title("CMC model transition path (last stage, replica 0)")
+    # Show the replica that moves most in the last stage: a replica can sit in H1 for a
+    # whole stage, since H1 <-> H2 jumps are almost never accepted.
+    stats = next(iter(results.values())).sample_stats
+    last = stats["stage"] == stats["stage"].max()
+    switches = [np.count_nonzero(np.diff(path[keep])) for path, keep in
+                zip(stats["model_index"], last)]
+    replica = int(np.argmax(switches))
+    pm_evidence.plot_cmc_path(results, chain=replica, ax=left)
+    left.set_title(f"CMC model transition path (last stage, replica {replica} of "
+                   f"{len(switches)}, the most mobile)")
     wide = table.pivot(index="model", columns="method", values="probability")
     wide = wide[[c for c in ("liang2005", "cmc", "thermodynamic", "nested", "laplace")
                  if c in wide]]
