@@ -118,8 +118,9 @@ def main(argv=None) -> int:
 
 
 def _pooled(runs: pd.DataFrame) -> tuple[float, float]:
-    """Mean of independent runs or fits and its SE: the larger of their own errors combined
-    and their spread (nested's rule)."""
+    """Mean log Z of independent runs or fits and its SE: the larger of their own errors
+    combined and their spread. (The mean of the logs shows the lag studied here directly;
+    nested() itself averages the runs' evidences.)"""
     count, sd = len(runs), runs["log_z"].std(ddof=1) if len(runs) > 1 else 0.0
     return runs["log_z"].mean(), max(sd / np.sqrt(count),
                                      float(np.sqrt(np.sum(runs["se"] ** 2))) / count)

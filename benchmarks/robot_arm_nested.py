@@ -129,9 +129,9 @@ def summarise(table: pd.DataFrame, command: str) -> str:
             f"| {_number(nested, 'insertion_z', '+.2f')} | {_estimate(chaining)} "
             f"| {_number(chaining, 'seconds', '.0f')} | {z} |"
         )
-    notes = "## Notes\n\n(to be written by hand after the run)\n"
-    if MARKDOWN.exists() and "## Notes" in MARKDOWN.read_text():
-        notes = MARKDOWN.read_text()[MARKDOWN.read_text().index("## Notes"):]
+    earlier = MARKDOWN.read_text() if MARKDOWN.exists() else ""
+    notes = (earlier[earlier.index("## Notes"):] if "## Notes" in earlier
+             else "## Notes\n\n(to be written by hand after the run)\n")
     return "\n".join(lines) + "\n\n" + notes
 
 
