@@ -217,6 +217,8 @@ class ThermodynamicResult(EvidenceResult):
     ----------
     ti_log_evidence, ti_se : float
         The thermodynamic-integration estimate of the same quantity and its SE (a cross-check).
+        NaN when the rungs do not resolve E_λ[log L] (e.g. a half-Cauchy scale prior makes
+        E_0[log L] infinite) or every group's integral is non-finite.
     se_within, se_between : float
         The two parts of the SE: propagated from the stages' weights within groups, and from the
         spread between independent groups (``se`` is the larger).

@@ -270,3 +270,36 @@ def test_align_moves_particles_to_equivalent_points():
     before = np.linalg.norm(state.position - reference, axis=1)
     after = np.linalg.norm(aligned.position - reference, axis=1)
     assert np.all(after <= before + 1e-12) and np.any(after < before - 1e-6)
+
+
+def test_integration_is_nan_where_the_rungs_do_not_resolve_the_integrand():
+    """Eight schools with a half-Cauchy scale: E_0[log L] diverges (E[τ²] is infinite), so the
+    trapezoid rule from λ = 0 has no meaning; the cross-check reports NaN, not 10⁵ ± 10⁵."""
+    import pymc as pm
+
+    y = np.array([28.0, 8, -3, 7, -1, 1, 18, 12])
+    sigma = np.array([15.0, 10, 16, 11, 9, 11, 10, 18])
+    with pm.Model() as schools:
+        mu = pm.Normal("mu", 0, 5)
+        tau = pm.HalfCauchy("tau", 5)
+        theta = pm.Normal("theta", 0, 1, shape=8)
+        pm.Normal("y", mu + tau * theta, sigma, observed=y)
+    result = pm_evidence.thermodynamic(schools, random_seed=0, progressbar=False)
+    assert np.isnan(result.ti_log_evidence) and np.isnan(result.ti_se)
+    assert -32 < result.log_evidence < -30.5 and result.se < 0.1
+    assert not any("thermodynamic integration" in w for w in result.warnings)
+
+
+def test_integration_keeps_resolved_integrands_and_rejects_unresolved_ones():
+    from pymc_evidence.estimators._stepping_stone import thermodynamic_integration
+
+    # log L = −x²/2 under a N(0, 1) prior: E_λ[log L] = −1/(2(1+λ)), Var_λ = 1/(2(1+λ)²).
+    lambdas = np.linspace(0, 1, 6)
+    mean_ll = -1 / (2 * (1 + lambdas))[None, :].repeat(2, axis=0)
+    var_ll = 1 / (2 * (1 + lambdas) ** 2)[None, :].repeat(2, axis=0)
+    resolved = thermodynamic_integration(lambdas, mean_ll, var_ll, n_particles=100)
+    assert resolved.log_evidence == pytest.approx(-np.log(2) / 2, abs=1e-3)
+    # A prior mean and variance of log L that the first rung's values contradict (a heavy tail).
+    mean_ll[:, 0], var_ll[:, 0] = -900.0, 1e8
+    unresolved = thermodynamic_integration(lambdas, mean_ll, var_ll, n_particles=100)
+    assert np.isnan(unresolved.log_evidence)

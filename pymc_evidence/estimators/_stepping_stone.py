@@ -18,14 +18,12 @@ __all__ = ["Estimate", "stepping_stone", "lognormal_se", "thermodynamic_integrat
            "round_increments", "round_integration"]
 
 
-
 class Estimate(NamedTuple):
     log_evidence: float
     se: float
     se_within: float
     se_between: float
     per_group: np.ndarray
-
 
 
 def stepping_stone(log_ratio: np.ndarray, log_ratio_var: np.ndarray) -> Estimate:
@@ -48,7 +46,6 @@ def stepping_stone(log_ratio: np.ndarray, log_ratio_var: np.ndarray) -> Estimate
     return Estimate(log_z, max(within, between), within, between, per_group)
 
 
-
 def lognormal_se(log_z_groups: np.ndarray) -> float:
     """SE of log mean_g Ẑ_g when the groups' log estimates are normal, as SMC's are.
 
@@ -68,20 +65,31 @@ def lognormal_se(log_z_groups: np.ndarray) -> float:
     return float(np.logaddexp(0.0, 0.5 * (log_expm1 - np.log(finite.size))))
 
 
-
 def thermodynamic_integration(lambdas, mean_ll, var_ll, n_particles) -> Estimate:
     """Thermodynamic integration ∫₀¹ E_λ[log L] dλ per group (arrays G×(S+1)).
 
     Trapezoid rule with the Friel, Hurn & Wyse (2014) correction
     − Σ_k (Δλ_k)²/12 · (Var_{λ_k}[log L] − Var_{λ_{k−1}}[log L]).
+
+    E_λ[log L] rises with λ (its derivative is Var_λ[log L]), so each interval's integral lies
+    between Δλ_k E_{λ_{k−1}}[log L] and Δλ_k E_{λ_k}[log L]. For an integrand the rungs resolve,
+    the corrected trapezoid sits well inside that bracket; when a corrected interval falls outside
+    it by more than three Monte Carlo SEs, the rungs do not resolve the integrand (typically
+    E_0[log L] diverges under a heavy-tailed prior, e.g. a half-Cauchy scale) and the estimate is
+    NaN: a number from such a ladder would be arbitrary, however large its SE.
     """
     delta = np.diff(lambdas)
     with np.errstate(invalid="ignore"):
-        trapezoid = np.sum(delta * (mean_ll[:, 1:] + mean_ll[:, :-1]) / 2, axis=1)
-        correction = np.sum(delta**2 / 12 * (var_ll[:, 1:] - var_ll[:, :-1]), axis=1)
-    per_group = trapezoid - correction
+        trapezoid = delta * (mean_ll[:, 1:] + mean_ll[:, :-1]) / 2
+        correction = delta**2 / 12 * (var_ll[:, 1:] - var_ll[:, :-1])
+        corrected = trapezoid - correction
+        noise = 3 * delta / 2 * np.sqrt((var_ll[:, 1:] + var_ll[:, :-1]) / n_particles)
+        below = corrected < delta * mean_ll[:, :-1] - noise
+        above = corrected > delta * mean_ll[:, 1:] + noise
+    unresolved = np.any(below | above, axis=1)
+    per_group = trapezoid.sum(axis=1) - correction.sum(axis=1)
     finite = np.isfinite(per_group)
-    if not finite.any():
+    if not finite.any() or unresolved[finite].any():
         return Estimate(np.nan, np.nan, np.nan, np.nan, per_group)
     per_group, var_ll = per_group[finite], var_ll[finite]
     coefficient = np.zeros(len(lambdas))
@@ -95,13 +103,11 @@ def thermodynamic_integration(lambdas, mean_ll, var_ll, n_particles) -> Estimate
     return Estimate(estimate, max(within, between), within, between, per_group)
 
 
-
 def round_increments(rounds):
     """Per-group, per-stage stepping-stone increments and their variances (arrays G×S)."""
     log_ratio = np.concatenate([np.stack([s.log_ratio for s in r.stages], axis=1) for r in rounds])
     var = np.concatenate([np.stack([s.log_ratio_var for s in r.stages], axis=1) for r in rounds])
     return log_ratio, var
-
 
 
 def round_integration(rounds, ladder, n_particles) -> Estimate:
