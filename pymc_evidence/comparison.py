@@ -7,6 +7,7 @@ import inspect
 import pickle
 import traceback
 import uuid
+import warnings
 from concurrent.futures import Executor
 
 import cloudpickle
@@ -26,7 +27,7 @@ from pymc_evidence.estimators.cmc import cmc
 from pymc_evidence.estimators.laplace import laplace
 from pymc_evidence.estimators.nested import nested
 from pymc_evidence.estimators.thermodynamic import thermodynamic
-from pymc_evidence.results import load_result
+from pymc_evidence.results import EvidenceWarning, load_result
 
 __all__ = ["compare", "METHODS"]
 
@@ -331,7 +332,17 @@ def _table(results: dict, log_prior: np.ndarray, method: str) -> pd.DataFrame:
     log_z = np.array([results[n].log_evidence for n in names])
     se = np.array([results[n].se for n in names])
     log_post = log_z + log_prior
-    weight = np.exp(log_post - logsumexp(log_post))
+    ranked = ~np.isnan(log_post)
+    weight = np.full(len(names), np.nan)
+    if ranked.any():
+        weight[ranked] = np.exp(log_post[ranked] - logsumexp(log_post[ranked]))
+    if not ranked.all():
+        unranked = ", ".join(repr(n) for n, r in zip(names, ranked) if not r)
+        warnings.warn(
+            f"no evidence estimate for {unranked} (NaN; see its result's warnings): listed last "
+            "with no weight, and the other models' weights are among themselves",
+            EvidenceWarning, stacklevel=3,
+        )
     order = np.argsort(-log_z, kind="stable")
     best = order[0]
     ranked_log_z = log_z[order]

@@ -34,7 +34,7 @@ from pytensor.tensor.elemwise import Elemwise
 
 from pymc_evidence._compat import BACKENDS, compile_mode, model_types
 
-__all__ = ["ModelDensity", "DensityValues", "get_density", "validate_model"]
+__all__ = ["ModelDensity", "DensityValues", "get_density", "validate_model", "check_prior_draws"]
 
 IMPROPER_PRIORS = ("Flat", "HalfFlat")
 
@@ -85,9 +85,9 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
         if require_gradient and rv.type.dtype.startswith(("int", "uint", "bool")):
             raise ValueError(
                 f"free variable {rv.name!r} is discrete ({_rv_label(rv)}, dtype {rv.type.dtype}); "
-                "this estimator needs gradients of continuous parameters. Marginalise it out "
-                "(e.g. pymc_extras.marginalize, or sum over its values in a pm.Potential), or "
-                "use method='bic' which needs no gradients."
+                "every estimator here integrates or optimises over continuous parameters. "
+                "Marginalise it out (e.g. pymc_extras.marginalize, or sum over its values in a "
+                "pm.Potential) and estimate the evidence of the marginalised model."
             )
     if not model.observed_RVs and not model.potentials:
         raise ValueError(
@@ -372,6 +372,44 @@ def _leading_dim(model, rv) -> int:
     value = data.get_value() if hasattr(data, "get_value") else data.data
     shape = np.shape(value)
     return int(shape[0]) if shape else 1
+
+
+def check_prior_draws(density, X, log_prior, log_likelihood, *, zero_likelihood: bool = True):
+    """Raise a ValueError naming a point when the log density is broken at the exact prior
+    draws ``X`` (rows), before an estimator spends any sampling on them.
+
+    Broken: a log prior that is not finite, a log likelihood that is NaN or +inf, or −inf at
+    every draw (the data are impossible under the prior). ``zero_likelihood=False``: any −inf
+    log likelihood, for samplers that cannot place prior mass outside the likelihood's support.
+    """
+    log_prior, log_likelihood = np.asarray(log_prior), np.asarray(log_likelihood)
+    bad_prior = ~np.isfinite(log_prior)
+    bad_lik = np.isnan(log_likelihood) | np.isposinf(log_likelihood)
+
+    def example(bad) -> dict:
+        row = int(np.flatnonzero(bad)[0])
+        return {k: v[0] for k, v in density.to_constrained(X[row : row + 1]).items()}
+
+    if bad_prior.any() or bad_lik.any():
+        which = "log prior" if bad_prior.any() else "log likelihood"
+        bad = bad_prior | bad_lik
+        raise ValueError(
+            f"the {which} is not finite at {int(bad.sum())} of {len(bad)} exact prior draws, "
+            f"e.g. at {example(bad)}. Check the data for NaN and the model's parameterisation "
+            "(e.g. a likelihood scale that can be zero)."
+        )
+    zero = np.isneginf(log_likelihood)
+    if zero.all():
+        raise ValueError(
+            "the log likelihood is -inf at every prior draw: the data are impossible under the "
+            "prior (check the observed values against the likelihood's support)"
+        )
+    if zero.any() and not zero_likelihood:
+        raise ValueError(
+            f"the log likelihood is -inf at {int(zero.sum())} of {len(zero)} exact prior draws, "
+            f"e.g. at {example(zero)}: this sampler needs a likelihood that is positive wherever "
+            "the prior is. Use thermodynamic, or a likelihood whose support covers the prior's."
+        )
 
 
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -118,3 +118,20 @@ def test_executor_gives_identical_table():
     with ProcessPoolExecutor(max_workers=2) as executor:
         parallel = pm_evidence.compare(models, executor=executor, **options)
     pd.testing.assert_frame_equal(parallel, sequential)
+
+
+def test_a_model_without_an_estimate_is_ranked_last_and_the_rest_keep_their_weights(
+    thermodynamic_table,
+):
+    import dataclasses
+
+    from pymc_evidence.comparison import _table
+
+    results = dict(thermodynamic_table.attrs["results"])
+    results["broken"] = dataclasses.replace(results["same"], log_evidence=np.nan)
+    with pytest.warns(pm_evidence.EvidenceWarning, match="no evidence estimate for 'broken'"):
+        table = _table(results, np.log(np.full(3, 1 / 3)), "thermodynamic")
+    assert list(table.index) == ["indep", "same", "broken"]
+    assert np.isnan(table.loc["broken", "weight"])
+    assert table.loc[["indep", "same"], "weight"].to_numpy() == pytest.approx(
+        thermodynamic_table["weight"].to_numpy())

@@ -368,3 +368,32 @@ def test_log_densities_match_the_full_evaluation(hier_model):
     log_prior, log_likelihood = density.log_densities(X)
     np.testing.assert_array_equal(log_prior, full.log_prior)
     np.testing.assert_array_equal(log_likelihood, full.log_likelihood)
+
+
+@pytest.fixture(scope="module")
+def nan_data_model():
+    """A likelihood written as a pm.Potential over data with a NaN (no imputation): NaN at
+    every parameter value."""
+    y = np.array([0.1, np.nan, 0.3])
+    with pm.Model() as model:
+        mu = pm.Normal("mu")
+        pm.Potential("lik", pm.logp(pm.Normal.dist(mu, 1.0), y).sum())
+    return model
+
+
+@pytest.mark.parametrize("method", ["thermodynamic", "nested", "laplace", "bridge", "cmc"])
+def test_nan_data_is_reported_before_sampling(nan_data_model, method):
+    import pymc_evidence as pm_evidence
+
+    if method == "cmc":
+        run = lambda: pm_evidence.cmc([nan_data_model, nan_data_model], progressbar=False)  # noqa: E731
+    else:
+        run = lambda: getattr(pm_evidence, method)(nan_data_model, progressbar=False)  # noqa: E731
+    with pytest.raises(ValueError, match="(?i)not finite at .*check the data for NaN"):
+        run()
+
+
+def test_discrete_variable_error_suggests_no_estimator_that_refuses_it_too():
+    with pytest.raises(ValueError, match="discrete") as excinfo:
+        ModelDensity(BAD_MODELS["discrete"][0]())
+    assert "bic" not in str(excinfo.value)

@@ -16,6 +16,7 @@ from scipy.optimize import brentq
 from scipy.special import logsumexp
 
 from pymc_evidence import _compat, kernels
+from pymc_evidence.density import check_prior_draws
 from pymc_evidence.symmetry import alignment_map
 
 __all__ = ["power_ladder", "Stage", "Round", "run_round", "align_population", "final_draws"]
@@ -147,27 +148,6 @@ def align_population(density, layers, state: kernels.HMCState, weights: np.ndarr
 
 
 
-def _validate_prior_population(density, state: kernels.HMCState) -> None:
-    """Fail early when the density is broken at exact prior draws."""
-    bad_prior = ~np.isfinite(state.log_prior)
-    bad_lik = np.isnan(state.log_likelihood) | np.isposinf(state.log_likelihood)
-    if bad_prior.any() or bad_lik.any():
-        which = "log prior" if bad_prior.any() else "log likelihood"
-        row = np.flatnonzero(bad_prior | bad_lik)[0]
-        point = {k: v[0] for k, v in density.to_constrained(state.position[row : row + 1]).items()}
-        raise ValueError(
-            f"the {which} is not finite at {int(np.sum(bad_prior | bad_lik))} of "
-            f"{len(bad_prior)} exact prior draws, e.g. at {point}. Check the model's "
-            "parameterisation (e.g. a likelihood scale that can be zero) and its data for NaN."
-        )
-    if np.all(np.isneginf(state.log_likelihood)):
-        raise ValueError(
-            "the log likelihood is -inf at every prior draw: the data are impossible under the "
-            "prior (check the observed values against the likelihood's support)"
-        )
-
-
-
 def run_round(
     rng, density, n_groups, n_particles, ladder, tuning, round_settings, progress,
     partial=None, on_stage=None,
@@ -184,7 +164,7 @@ def run_round(
     G, n = n_groups, n_particles
     if partial is None:
         state = kernels.init(density, density.prior_draws(rng, G * n))
-        _validate_prior_population(density, state)
+        check_prior_draws(density, state.position, state.log_prior, state.log_likelihood)
         log_weights = np.full((G, n), -np.log(n))
         prior_mean_ll, prior_var_ll = _weighted_moments(
             state.log_likelihood.reshape(G, n), log_weights

@@ -208,7 +208,9 @@ def _maximise(density, at, rng, restarts, start, progressbar):
     finite = [o for o in optima if np.isfinite(o.value)]
     if not finite:
         raise RuntimeError(
-            "every optimisation ended at a non-finite log density; BIC cannot be computed"
+            "every optimisation ended at a non-finite log density, so BIC cannot be computed: "
+            "check the data for NaN and the model's parameterisation (e.g. a scale that can be "
+            "zero)"
         )
     best = max(finite, key=lambda o: o.value)
     part = "joint" if at == "map" else "likelihood"

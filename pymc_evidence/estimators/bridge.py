@@ -19,7 +19,7 @@ from pymc_evidence import _compat
 from pymc_evidence._constants import LOG_2PI
 from pymc_evidence._random import as_generator
 from pymc_evidence._validation import choice, integer, number, resolve_model
-from pymc_evidence.density import get_density
+from pymc_evidence.density import check_prior_draws, get_density
 from pymc_evidence.results import BridgeResult, warn
 
 __all__ = ["bridge"]
@@ -462,6 +462,10 @@ def bridge(
 
     sampled = posterior is None
     if sampled:
+        # pm.sample's own failure at a broken density does not say what is wrong; a fixed
+        # stream keeps the user's draws untouched.
+        checked = density.prior_draws(np.random.default_rng(0), 64)
+        check_prior_draws(density, checked, *density.log_densities(checked))
         idata = _sample_posterior(
             model, density, draws, tune, chains, sample_seed, progressbar, sample_kwargs
         )

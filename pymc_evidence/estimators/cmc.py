@@ -28,7 +28,7 @@ from pymc_evidence._parallel import one_blas_thread
 from pymc_evidence._progress import progress_bar
 from pymc_evidence._random import as_generator
 from pymc_evidence._validation import integer, named_models, number
-from pymc_evidence.density import get_density
+from pymc_evidence.density import check_prior_draws, get_density
 from pymc_evidence.estimators._birth_death import (
     BirthDeath, FixedUnits, LiangUnits, StandardNormalUnits, validate_nested, pooled_units, unit_layout,
 )
@@ -91,11 +91,8 @@ def _pilot(rng, density, n_chains, n_anneal, n_sweeps, kernel_settings) -> _Pilo
     acceptance ratios keep the estimate exact whatever they are.
     """
     state = kernels.init(density, density.prior_draws(rng, n_chains))
-    if not np.all(np.isfinite(state.log_prior + state.log_likelihood)):
-        raise ValueError(
-            "the log density is not finite at some exact prior draws; check the model's "
-            "parameterisation and data"
-        )
+    check_prior_draws(density, state.position, state.log_prior, state.log_likelihood,
+                      zero_likelihood=False)
     weights = np.full(n_chains, 1.0 / n_chains)
     step_size = 1.0 / density.dim**0.25
     dense = density.dim <= DENSE_METRIC_MAX_DIM

@@ -372,6 +372,11 @@ def _distinct_modes(density, rng, framework, restarts, start, groups, noise, lay
         candidates, n_start = _mackay_modes(
             density, rng, restarts, start, groups, noise, progressbar
         )
+    if not candidates:
+        raise ValueError(
+            f"the log density is not finite at any of the {n_start} starting points: check the "
+            "data for NaN and the model's parameterisation (e.g. a scale that can be zero)"
+        )
     if n_start > len(candidates):
         warn(messages, f"{n_start - len(candidates)} of {n_start} starting points had a "
              "non-finite log density and were skipped", stacklevel=4)

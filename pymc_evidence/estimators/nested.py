@@ -22,7 +22,7 @@ from pymc_evidence._parallel import fork_is_safe, one_blas_thread, run_tasks, sh
 from pymc_evidence._progress import progress_bar
 from pymc_evidence._random import as_generator
 from pymc_evidence._validation import integer, number, resolve_model
-from pymc_evidence.density import get_density
+from pymc_evidence.density import check_prior_draws, get_density
 from pymc_evidence.estimators._nested_core import (
     NestedRun, equal_weight_draws, kish_ess, nested_core,
 )
@@ -225,6 +225,8 @@ def nested(
         saved = {"seeds": seeds, "rng": rng.bit_generator.state, "runs": [], "seconds": [],
                  "current": None}
     rng.bit_generator.state = saved["rng"]
+    if not saved["runs"] and saved["current"] is None:
+        _check_first_live_points(density, saved["seeds"][0], settings["n_live"])
     compiled = time.perf_counter()
     with one_blas_thread():
         runs = _sample(model, density, saved, store, settings, cores, progressbar)
@@ -232,6 +234,13 @@ def nested(
     timing = {"compile": compiled - start, "sampling": store.earlier + sampled - compiled,
               "earlier_sessions": store.earlier}
     return _result(rng, model, density, runs, settings, timing, start)
+
+
+def _check_first_live_points(density, seed, n_live) -> None:
+    """Fail before sampling when the density is broken at the first run's starting points:
+    up to 256 of exactly the prior draws that run starts from (its stream is untouched)."""
+    live = density.prior_draws(np.random.default_rng(seed), min(n_live, 256))
+    check_prior_draws(density, live, *density.log_densities(live), zero_likelihood=False)
 
 
 def _runs_wanted(runs: list[NestedRun], settings: dict) -> int:
