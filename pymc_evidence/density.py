@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from pymc.distributions import transforms
 from pymc.logprob.utils import local_check_parameter_to_ninf_switch
 from pymc.pytensorf import compile as compile_pymc
 from pymc.pytensorf import find_rng_nodes, join_nonshared_inputs, reseed_rngs
@@ -31,6 +32,7 @@ from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
 from pytensor.scalar import basic as ps
 from pytensor.tensor.elemwise import Elemwise
+from scipy.special import gammaln
 
 from pymc_evidence._compat import BACKENDS, compile_mode, model_types
 
@@ -62,7 +64,8 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
     """Raise a clear error if ``model`` cannot have a proper evidence estimated.
 
     Cheap structural checks, run before anything is compiled: improper priors, discrete free
-    variables (when gradients are needed) and a missing likelihood.
+    variables (when gradients are needed), ordered priors that cannot be normalised and a missing
+    likelihood.
     """
     if not isinstance(model, model_types()):
         raise TypeError(f"expected a pymc.Model, got {type(model).__name__}")
@@ -89,6 +92,8 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
                 "Marginalise it out (e.g. pymc_extras.marginalize, or sum over its values in a "
                 "pm.Potential) and estimate the evidence of the marginalised model."
             )
+    for rv in model.free_RVs:
+        _ordered_transform(model, rv)  # raises for an ordered prior it cannot normalise
     if not model.observed_RVs and not model.potentials:
         raise ValueError(
             f"model {model.name or '(unnamed)'!r} has no likelihood term (no observed variable "
@@ -243,8 +248,11 @@ class ModelDensity:
 
     def _compile_density(self):
         model = self.model
+        # PyMC's ordered priors are not normalised; log n! per ordered vector normalises them.
+        log_normaliser = _ordered_log_normaliser(model, self._point)
+        varlogp = model.varlogp + log_normaliser if log_normaliser else model.varlogp
         [log_prior, log_lik], x = join_nonshared_inputs(
-            self._point, [model.varlogp, model.datalogp], self.value_vars
+            self._point, [varlogp, model.datalogp], self.value_vars
         )
         X = pt.matrix("X", dtype=x.dtype)
         batch_prior, batch_lik = _batched([log_prior, log_lik], x, X)
@@ -358,12 +366,89 @@ def _unconstrained(model) -> list:
     """Each free variable mapped to its value variable's space:
     ``transform.forward(rv, *rv.owner.inputs)`` (the variable itself when untransformed), so a
     parent-dependent transform (e.g. bounds that depend on another variable) uses the parents
-    that go with the variable."""
+    that go with the variable. An ordered variable is sorted first."""
     outputs = []
     for rv in model.free_RVs:
         transform = model.rvs_to_transforms.get(rv)
-        outputs.append(transform.forward(rv, *rv.owner.inputs) if transform else rv)
+        ordered = _ordered_transform(model, rv)
+        value = rv
+        if ordered is not None:  # exact draws of the renormalised ordered prior
+            value = pt.sort(rv, axis=-1)
+            value = value if ordered.ascending else value[..., ::-1]
+        outputs.append(transform.forward(value, *rv.owner.inputs) if transform else rv)
     return outputs
+
+
+#: Transforms that may precede ``ordered`` in a chain: increasing elementwise maps, which keep
+#: sorted values sorted.
+_INCREASING = (transforms.LogTransform, transforms.IntervalTransform, transforms.LogOddsTransform,
+               transforms.LogExpM1)
+
+
+def _ordered_transform(model, rv):
+    """``rv``'s ``Ordered`` transform (alone or last in a chain), or None.
+
+    PyMC's ordered transform restricts the prior to the ordered region without renormalising it.
+    For a prior that is exchangeable along the last axis (every element the same univariate
+    distribution, given the parents) the ordered region holds 1/n! of the mass, whatever the
+    parents, and sorted prior draws are exact draws of the renormalised prior; any other ordered
+    prior raises here, before anything is compiled.
+    """
+    chain = _flat_chain(model.rvs_to_transforms.get(rv))
+    if not any(isinstance(t, transforms.Ordered) for t in chain):
+        return None
+    fix = ("Give every element the same prior (e.g. pm.Normal(name, 0, 5, shape=3, "
+           "transform=ordered)), or write the order yourself (a first value plus positive "
+           "increments).")
+    op = rv.owner.op
+    if getattr(op, "ndim_supp", None) != 0 or not hasattr(op, "dist_params"):
+        raise ValueError(
+            f"free variable {rv.name!r} ({_rv_label(rv)}) has an ordered transform over a "
+            "distribution that is not elementwise: the ordered prior's normalising constant is "
+            f"unknown. {fix}"
+        )
+    if not isinstance(chain[-1], transforms.Ordered) or not all(
+        isinstance(t, _INCREASING) for t in chain[:-1]
+    ):
+        raise ValueError(
+            f"free variable {rv.name!r} chains the ordered transform with "
+            f"{[type(t).__name__ for t in chain]}: only increasing elementwise transforms "
+            "(log, interval, logodds) may come before it, and it must come last."
+        )
+    if chain[-1].positive and len(chain) > 1:
+        raise ValueError(
+            f"free variable {rv.name!r} has Ordered(positive=True) after "
+            f"{[type(t).__name__ for t in chain[:-1]]} (PyMC chains a transform given with "
+            "transform= after the distribution's default one): its input is then not positive. "
+            "Pass default_transform=None as well."
+        )
+    varying = [p for p in op.dist_params(rv.owner) if p.ndim and not p.type.broadcastable[-1]]
+    if varying:
+        raise ValueError(
+            f"free variable {rv.name!r} ({_rv_label(rv)}) has an ordered transform but its prior "
+            "differs between elements (a parameter varies along the last axis): the ordered "
+            f"prior's normalising constant is then unknown. {fix}"
+        )
+    return chain[-1]
+
+
+def _flat_chain(transform) -> list:
+    """A transform as the list of transforms it applies in order (PyMC nests chains: a default
+    transform and the user's are chained around the user's own chain)."""
+    if isinstance(transform, transforms.ChainedTransform):
+        return [t for inner in transform.transform_list for t in _flat_chain(inner)]
+    return [transform]
+
+
+def _ordered_log_normaliser(model, point) -> float:
+    """log n! for every ordered vector (length n = the last axis) of the model: what turns
+    PyMC's unnormalised ordered prior into a density (see :func:`_ordered_transform`)."""
+    total = 0.0
+    for rv in model.free_RVs:
+        if _ordered_transform(model, rv) is not None:
+            shape = np.shape(point[model.rvs_to_values[rv].name])
+            total += gammaln(shape[-1] + 1) * np.prod(shape[:-1], dtype=int)
+    return float(total)
 
 
 def _leading_dim(model, rv) -> int:

@@ -397,3 +397,55 @@ def test_discrete_variable_error_suggests_no_estimator_that_refuses_it_too():
     with pytest.raises(ValueError, match="discrete") as excinfo:
         ModelDensity(BAD_MODELS["discrete"][0]())
     assert "bic" not in str(excinfo.value)
+
+
+# --------------------------------------------------------------------------- ordered transforms
+def _sum_model(transform, y):
+    """y_i ~ N(mu_0 + mu_1, 1), mu i.i.d. N(0, 1): symmetric in the mu, so the renormalised
+    ordered prior has the evidence of the unordered one, N(y; 0, I + 2)."""
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1, shape=2, transform=transform)
+        pm.Normal("y", mu[0] + mu[1], 1, observed=y)
+    return model
+
+
+def test_ordered_prior_is_sorted_and_renormalised():
+    from scipy.stats import multivariate_normal, norm
+
+    import pymc_evidence as pm_evidence
+
+    y = np.random.default_rng(1).normal(1.0, 1.0, size=10)
+    density = ModelDensity(_sum_model(pm.distributions.transforms.ordered, y))
+    X = density.prior_draws(np.random.default_rng(0), 500)
+    mu = density.to_constrained(X)["mu"]
+    assert np.all(np.diff(mu, axis=1) > 0)
+    # The density of the renormalised prior: 2! N(mu_0) N(mu_1) on mu_0 < mu_1, with the
+    # transform's Jacobian (the log of the increment).
+    log_prior, _ = density.log_densities(X)
+    expected = np.log(2) + norm.logpdf(mu).sum(axis=1) + np.log(mu[:, 1] - mu[:, 0])
+    np.testing.assert_allclose(log_prior, expected, rtol=1e-10)
+    exact = multivariate_normal(np.zeros(10), np.eye(10) + 2.0).logpdf(y)
+    result = pm_evidence.thermodynamic(density.model, random_seed=1, progressbar=False)
+    assert abs(result.log_evidence - exact) <= 3 * result.se
+
+
+TRANSFORMS = pm.distributions.transforms
+ORDERED_REFUSED = {
+    "elements differ": (
+        lambda: pm.Normal("mu", [0.0, 1.0], 1.0, transform=TRANSFORMS.ordered),
+        r"'mu'.*differs between elements"),
+    "ordered not last": (
+        lambda: pm.HalfNormal("mu", 1.0, shape=2,
+                              transform=TRANSFORMS.Chain([TRANSFORMS.ordered, TRANSFORMS.log])),
+        r"'mu' chains the ordered transform"),
+    "positive after log": (
+        lambda: pm.HalfNormal("mu", 1.0, shape=2, transform=TRANSFORMS.Ordered(positive=True)),
+        r"default_transform=None"),
+}
+
+
+@pytest.mark.parametrize("case", list(ORDERED_REFUSED))
+def test_ordered_priors_that_cannot_be_normalised_are_refused_before_compiling(case):
+    make, match = ORDERED_REFUSED[case]
+    with pytest.raises(ValueError, match=match):
+        validate_model(_with_likelihood(lambda: make().sum()))
