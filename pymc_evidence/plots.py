@@ -16,6 +16,38 @@ def _axes(ax, n):
     return axes[0] if n > 1 else axes[0, 0]
 
 
+def _log_axis(axis, values) -> None:
+    """A log axis whose ticks are labelled in plain numbers: at 1, 2 and 5 × 10^k when the
+    values span at most three decades (else every decade), so that a short range still has
+    several labelled ticks."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values) & (values > 0)]
+    decades = np.log10(values.max() / values.min()) if values.size else 0.0
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades <= 3 else (1.0,)))
+    axis.set_major_formatter(FuncFormatter(lambda tick, _: f"{tick:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _value_axis(ax, values) -> None:
+    """The y scale for values that may span decades: linear unless their magnitudes span more
+    than two decades; then a symmetric log scale that is linear only below the smallest
+    magnitude, with ticks at 1, 2 and 5 × 10^k labelled in plain numbers."""
+    from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
+
+    magnitude = np.abs(np.asarray(values, dtype=float))
+    magnitude = magnitude[np.isfinite(magnitude) & (magnitude > 0)]
+    if magnitude.size == 0 or magnitude.max() < 100 * magnitude.min():
+        return
+    threshold = float(magnitude.min())
+    ax.set_yscale("symlog", linthresh=threshold)
+    decades = np.log10(magnitude.max() / threshold)
+    ax.yaxis.set_major_locator(SymmetricalLogLocator(
+        base=10, linthresh=threshold, subs=(1.0, 2.0, 5.0) if decades <= 3 else (1.0,)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda tick, _: f"{tick:g}"))
+
+
 def plot_stages(result, ax=None):
     """Log evidence ratio per stage and E_λ[log L] against λ (Barber & Bishop 1997, Fig. 1b).
 
@@ -28,24 +60,41 @@ def plot_stages(result, ax=None):
     Returns
     -------
     numpy.ndarray of two Axes
-        Left: ln{p(D|M_k)/p(D|M_{k−1})} at each λ_k, with ±2 SE bars. Right: the mean of log L
-        at each λ (the thermodynamic-integration integrand), on a symmetric-log scale.
+        Left: ln{p(D|M_k)/p(D|M_{k−1})} at each λ_k, with ±2 SE bars, and each ratio's SE on
+        its own axis (right), since the bars are often smaller than the markers. Right: the
+        mean of log L at each λ (the thermodynamic-integration integrand), on a symmetric-log
+        scale when it spans decades.
     """
+    from matplotlib.ticker import MaxNLocator
+
     diagnostics = result.diagnostics
     if "log_ratio" not in diagnostics:
         raise ValueError(f"plot_stages needs a staged result (thermodynamic), got method {result.method!r}")
     left, right = _axes(ax, 2)
     lam = diagnostics["lambda"].to_numpy()
-    left.errorbar(lam, diagnostics["log_ratio"], yerr=2 * diagnostics["log_ratio_se"], fmt="o", ms=3)
+    left.errorbar(lam, diagnostics["log_ratio"], yerr=2 * diagnostics["log_ratio_se"], fmt="o",
+                  ms=3, capsize=2, label="log ratio ± 2 SE")
     left.set_xscale("log")
+    _log_axis(left.xaxis, lam)
     left.set_xlabel("λ")
     left.set_ylabel("log evidence ratio of stage")
-    left.set_title(f"{result.model_name or 'model'}: {len(lam)} stages")
+    left.set_title(f"{result.model_name or 'model'}: {len(lam)} stages, "
+                   f"log Z = {result.log_evidence:.2f} ± {result.se:.2f}")
+    errors = left.twinx()
+    errors.plot(lam, diagnostics["log_ratio_se"], "s--", ms=3, lw=0.8, color="C1",
+                label="SE of the ratio (right axis)")
+    errors.set_ylim(bottom=0)
+    errors.yaxis.set_major_locator(MaxNLocator(4))
+    errors.set_ylabel("SE of the ratio", color="C1")
+    errors.tick_params(axis="y", colors="C1")
+    lines = [h for a in (left, errors) for h in a.get_legend_handles_labels()[0]]
+    left.legend(lines, [h.get_label() for h in lines], fontsize="small", loc="lower left")
     right.plot(lam, diagnostics["mean_log_likelihood"], "o-", ms=3)
     right.set_xscale("log")
-    right.set_yscale("symlog")
+    _log_axis(right.xaxis, lam)
+    _value_axis(right, diagnostics["mean_log_likelihood"])
     right.set_xlabel("λ")
-    right.set_ylabel("E_λ[log L]")
+    right.set_ylabel(r"$\mathrm{E}_\lambda[\log L]$")
     return np.array([left, right])
 
 
@@ -78,14 +127,14 @@ def plot_trace_energy(result, stage=None, ax=None):
     for chain in np.unique(trace["chain"]):
         mask = (trace["chain"] == chain).to_numpy()
         ax.plot(x[mask], energy[mask], lw=0.8)
+    _value_axis(ax, energy)
     if stage is None:
         for boundary in (steps.cumsum() - steps).to_numpy()[1:]:
             ax.axvline(boundary - 0.5, color="0.8", ls=":", lw=0.6)
-        ax.set_yscale("symlog")
         ax.set_xlabel("HMC transition (all stages)")
     else:
         ax.set_xlabel(f"HMC transition at λ = {trace['lambda'].iloc[0]:.4g}")
-    ax.set_ylabel("energy −log π_λ(θ)")
+    ax.set_ylabel(r"energy $-\log \pi_\lambda(\theta)$")
     return ax
 
 
@@ -101,15 +150,19 @@ def plot_evidence(table, x=None, ax=None, reference=None, label=None):
         models in table order, labelled by name.
     ax : matplotlib Axes, optional
     reference : dict, optional
-        Exact log evidences by model name, drawn as crosses.
+        Exact log evidences by model name, drawn as crosses in front of the estimates.
     label : str, optional
         Legend label (e.g. the method), so several tables can share one axes.
+
+    Points are joined by a line only when ``x`` places the models on a numeric axis (e.g.
+    hidden units): models listed by name are not a series.
     """
     ax = _axes(ax, 1)
     names = list(table.index)
     if x is None:
         positions = np.arange(len(names))
         ax.set_xticks(positions, names, rotation=30 if len(names) > 6 else 0)
+        ax.margins(x=0.25 if len(names) < 4 else 0.05)
     elif isinstance(x, dict):
         positions = np.array([x[name] for name in names], dtype=float)
     else:
@@ -117,11 +170,12 @@ def plot_evidence(table, x=None, ax=None, reference=None, label=None):
     order = np.argsort(positions, kind="stable")
     ax.errorbar(
         positions[order], table["log_evidence"].to_numpy()[order],
-        yerr=2 * table["se"].to_numpy()[order], fmt="o-", ms=4, capsize=3,
-        label=label or str(table["method"].iloc[0]),
+        yerr=2 * table["se"].to_numpy()[order], fmt="o" if x is None else "o-", ms=6,
+        mfc="none", capsize=3, label=(label or str(table["method"].iloc[0])) + " ± 2 SE",
     )
     if reference is not None:
-        ax.plot(positions, [reference[name] for name in names], "kx", label="exact")
+        ax.plot(positions, [reference[name] for name in names], "kx", ms=8, mew=1.5, zorder=3,
+                label="exact")
     ax.set_ylabel("log evidence")
     ax.legend()
     return ax

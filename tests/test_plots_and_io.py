@@ -142,3 +142,29 @@ def test_files_written_before_results_were_typed_still_load(name, result_type, f
 def test_repr_is_the_summary(result):
     assert repr(result) == result.summary()
     assert "ti_log_evidence" in result.summary() and "log evidence =" in result.summary()
+
+
+def _labelled_ticks(axis) -> list[str]:
+    axis.axes.figure.canvas.draw()
+    low, high = sorted(axis.get_view_interval())
+    return [t.get_text() for t in axis.get_ticklabels()
+            if t.get_text() and low <= t.get_position()[axis is axis.axes.yaxis] <= high]
+
+
+def test_plots_label_several_ticks_and_show_every_ratio_error(result):
+    left, right = pm_evidence.plot_stages(result)
+    assert len(_labelled_ticks(left.xaxis)) >= 3 and len(_labelled_ticks(right.xaxis)) >= 3
+    errors = [a for a in left.figure.axes if a is not left and a.bbox.bounds == left.bbox.bounds]
+    np.testing.assert_allclose(errors[0].lines[0].get_ydata(), result.diagnostics["log_ratio_se"])
+    ax = pm_evidence.plot_trace_energy(result)
+    assert len(_labelled_ticks(ax.yaxis)) >= 3
+
+
+def test_plot_evidence_joins_only_a_numeric_series_and_shows_the_reference_in_front(table):
+    table, exact = table
+    ax = pm_evidence.plot_evidence(table, reference=exact)
+    estimate, cross = ax.lines[0], ax.lines[-1]
+    assert estimate.get_linestyle() == "None"  # two models by name are not a series
+    assert cross.get_zorder() > estimate.get_zorder()
+    ax = pm_evidence.plot_evidence(table, x={"indep": 2, "same": 1})
+    assert ax.lines[0].get_linestyle() == "-"
