@@ -32,11 +32,12 @@ extensions = [
     "sphinx.ext.viewcode",
     "numpydoc",
     "results_gallery",
+    "generated_outputs",
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "_gallery_items.md", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "_gallery_items.md", "_generated", "Thumbs.db", ".DS_Store"]
 templates_path = ["_templates"]
 
 # --- MyST -----------------------------------------------------------------------------------
@@ -65,6 +66,9 @@ html_theme_options = {
     "footer_end": ["sphinx-version", "theme-version"],
 }
 html_sidebars = {"index": [], "getting_started": []}
+
+# --- outputs of the code on the pages (docs/_ext/generated_outputs.py) -------------------------
+generated_outputs = {"quickstart": ["examples/quickstart.py"]}
 
 # --- results gallery (docs/_ext/results_gallery.py) ------------------------------------------
 results_gallery_sources = [

@@ -11,7 +11,7 @@ import numpy as np
 import pymc as pm
 
 import pymc_evidence as pm_evidence
-from pymc_evidence.testing import ANNOTATOR_1, ANNOTATOR_2
+from pymc_evidence.testing import ANNOTATOR_1, ANNOTATOR_2, annotators
 
 
 def build_models():
@@ -34,10 +34,14 @@ def main():
     args = parser.parse_args()
 
     table = pm_evidence.compare(build_models(), method=args.method, random_seed=args.seed)
-    with np.printoptions(precision=3):
-        print(table.to_string(float_format=lambda x: f"{x:.3f}"))
-    bayes_factor = np.exp(table.loc["indep", "log_evidence"] - table.loc["same", "log_evidence"])
-    print(f"\nBayes factor indep/same: {bayes_factor:.2f}  (exact: 12.87)")
+    print(table.to_string(float_format=lambda x: f"{x:.3f}"))
+    _, exact = annotators()
+    exact_log_bf = exact["indep"] - exact["same"]
+    log_bf, dse = table.loc["same", "d_log_evidence"], table.loc["same", "dse"]
+    distance = (f"{abs(log_bf - exact_log_bf) / dse:.1f} SE away" if dse > 0
+                else f"{args.method} is an approximation without an SE")
+    print(f"\nlog Bayes factor indep/same: {log_bf:.3f} ± {dse:.3f}; exact {exact_log_bf:.3f} "
+          f"(Bayes factor 12.87): {distance}")
 
 
 if __name__ == "__main__":

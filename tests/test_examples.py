@@ -93,3 +93,20 @@ def test_robot_arm_quick_with_laplace(tmp_path):
     assert table["n_test"].tolist() == [1000, 1000]
     # Two units fit far better than one, by either method (h=1 ≈ -515, h=2 ≈ -364 nats).
     assert table.loc[1, "log_z_thermodynamic"] > table.loc[0, "log_z_thermodynamic"] + 50
+
+
+def test_quickstart_prints_the_table_and_its_distance_from_the_exact_bayes_factor():
+    """What the getting-started page shows (generated from this script when the docs build)."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(EXAMPLES / "quickstart.py")], check=True,
+                          capture_output=True, text=True,
+                          env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    lines = done.stdout.strip().splitlines()
+    assert lines[0].split()[:3] == ["rank", "log_evidence", "se"]
+    assert [line.split()[0] for line in lines[2:4]] == ["indep", "same"]
+    distance = re.search(r"exact 2\.555 \(Bayes factor 12\.87\): ([\d.]+) SE away", lines[-1])
+    assert distance and float(distance.group(1)) < 3
