@@ -103,13 +103,13 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         f"Written by `benchmarks/robot_arm_nested.py` on {datetime.date.today()} "
         f"(Python {platform.python_version()}, PyMC {pm.__version__}, {os.cpu_count()} cores); "
         f"last command `{command}`. Rows come from `robot_arm_nested.csv` (per-run values and "
-        "warnings there), possibly from several resumed sessions.",
+        "warnings there); rows may come from different invocations of the script.",
         "",
         "Both methods: `robot_arm_mlp(h)`, `mlp_layers=ROBOT_ARM_LAYER`, `random_seed=h`, "
         "`cores=1`, one method at a time. Nested: default `n_live` (max(100, 25 d)) and "
         "`num_inner_steps` (20 d with `mlp_layers`), 4 runs, `target_se=None`. Chaining: 64 "
         "particles × 4 groups, `target_cess=0.95`, as `robot_arm_curve.py`. Seconds: "
-        "sampling, every session. "
+        "sampling, summed over the parts of a resumed run. "
         "H: information (nats). Δ/σ: (nested − chaining) / √(se_n² + se_c²).",
         "",
         "| h | dim | nested log Z | nested s | H | insertion z | chaining log Z | chaining s "
