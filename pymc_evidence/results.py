@@ -249,6 +249,10 @@ class LaplaceResult(EvidenceResult):
         The best mode's contribution alone.
     log_symmetry : float
         Log of the number of symmetry-equivalent modes added (``log(2^h h!)`` per MLP layer).
+    importance_log_evidence, importance_ess : float
+        The check of the approximation (``check_draws``): the evidence by importance sampling
+        from the Laplace mixture, and the effective sample size of its weights. NaN when not
+        computed.
     n_modes, n_optimisations : int
         Distinct modes found; optimisations run.
     hyperparameters : dict
@@ -259,6 +263,8 @@ class LaplaceResult(EvidenceResult):
 
     log_evidence_top_mode: float = np.nan
     log_symmetry: float = 0.0
+    importance_log_evidence: float = np.nan
+    importance_ess: float = np.nan
     n_modes: int = 0
     n_optimisations: int = 0
     hyperparameters: dict = field(default_factory=dict)

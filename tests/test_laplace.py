@@ -429,3 +429,32 @@ def test_wrong_hessian_is_caught_and_replaced(linear, linear_result, monkeypatch
     with pytest.warns(EvidenceWarning, match="Hessian disagrees with finite differences"):
         res = pm_evidence.laplace(model, restarts=3, random_seed=11, progressbar=False)
     assert res.log_evidence == pytest.approx(linear_result.log_evidence, abs=1e-6)
+
+
+def test_importance_check_confirms_a_good_fit(linear, linear_result):
+    _, design, y = linear
+    # Gaussian posterior: the proposal is the posterior, every weight equal.
+    exact = log_evidence_linear(design, y, PRIOR_SD**-2, NOISE_SD**-2)
+    assert linear_result.importance_log_evidence == pytest.approx(exact, abs=1e-6)
+    assert linear_result.importance_ess == pytest.approx(1000)
+
+
+def test_importance_check_flags_a_posterior_the_gaussian_misfits():
+    """Eight schools with a half-Cauchy scale: in log τ the posterior has a long tail the
+    Gaussian at the mode misses, and Laplace is ~6 nats below the evidence (−31.31, by
+    quadrature over τ); the check's weights show it."""
+    y = np.array([28.0, 8, -3, 7, -1, 1, 18, 12])
+    sigma = np.array([15.0, 10, 16, 11, 9, 11, 10, 18])
+    with pm.Model() as schools:
+        mu = pm.Normal("mu", 0, 5)
+        tau = pm.HalfCauchy("tau", 5)
+        z = pm.Normal("z", 0, 1, shape=8)
+        pm.Normal("y", mu + tau * z, sigma, observed=y)
+    with pytest.warns(pm_evidence.EvidenceWarning, match="does not fit this posterior"):
+        result = pm_evidence.laplace(schools, restarts=2, random_seed=0, progressbar=False)
+    assert result.log_evidence < -36
+    assert result.importance_ess < 100
+    assert result.importance_log_evidence > result.log_evidence + 1
+    unchecked = pm_evidence.laplace(schools, restarts=2, check_draws=0, random_seed=0,
+                                    progressbar=False)
+    assert np.isnan(unchecked.importance_log_evidence) and not unchecked.warnings
