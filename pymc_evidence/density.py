@@ -31,10 +31,11 @@ from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
 from pytensor.scalar import basic as ps
+from pytensor.tensor.basic import get_underlying_scalar_constant_value
 from pytensor.tensor.elemwise import Elemwise
 from scipy.special import gammaln
 
-from pymc_evidence._compat import BACKENDS, compile_mode, model_types
+from pymc_evidence._compat import BACKENDS, compile_mode, lkj_normaliser_error, model_types
 
 __all__ = ["ModelDensity", "DensityValues", "get_density", "validate_model", "check_prior_draws"]
 
@@ -248,15 +249,20 @@ class ModelDensity:
 
     def _compile_density(self):
         model = self.model
-        # PyMC's ordered priors are not normalised; log n! per ordered vector normalises them.
-        log_normaliser = _ordered_log_normaliser(model, self._point)
+        # Constants PyMC's log prior lacks or gets wrong: log n! per ordered vector (PyMC does
+        # not renormalise an ordered prior), PyMC 5's LKJ normalising constant.
+        log_normaliser = _ordered_log_normaliser(model, self._point) - _lkj_excess(model)
         varlogp = model.varlogp + log_normaliser if log_normaliser else model.varlogp
         [log_prior, log_lik], x = join_nonshared_inputs(
             self._point, [varlogp, model.datalogp], self.value_vars
         )
         X = pt.matrix("X", dtype=x.dtype)
-        batch_prior, batch_lik = _batched([log_prior, log_lik], x, X)
-        grads = pt.grad(batch_prior.sum(), X), pt.grad(batch_lik.sum(), X)
+        terms = _batched([log_prior, log_lik], x, X)
+        # A likelihood that no parameter enters is one value for the batch, with zero gradient.
+        grads = [pt.grad(term.sum(), X) if X in ancestors([term]) else pt.zeros_like(X)
+                 for term in terms]
+        batch_prior, batch_lik = (term if term.ndim else pt.alloc(term, X.shape[0])
+                                  for term in terms)
         outputs = [batch_prior, batch_lik, *grads]
         if self.backend == "c":  # Numba compiles tanh itself; a Python Op would break it
             outputs = _vectorised_activations(outputs)
@@ -449,6 +455,23 @@ def _ordered_log_normaliser(model, point) -> float:
             shape = np.shape(point[model.rvs_to_values[rv].name])
             total += gammaln(shape[-1] + 1) * np.prod(shape[:-1], dtype=int)
     return float(total)
+
+
+def _lkj_excess(model) -> float:
+    """How far PyMC's log densities of the model's LKJ priors (``LKJCholeskyCov``,
+    ``LKJCorr``) lie above normalised ones (:func:`~pymc_evidence._compat.lkj_normaliser_error`).
+
+    Sampling estimators only use ratios of the prior and would not notice, but Laplace, bridge
+    sampling and contour Monte Carlo use the density's value, which must integrate to one.
+    """
+    total = 0.0
+    for rv in model.free_RVs:
+        if type(rv.owner.op).__name__ not in ("_LKJCholeskyCovRV", "LKJCorrRV"):
+            continue
+        n, eta = rv.owner.op.dist_params(rv.owner)[:2]
+        total += lkj_normaliser_error(float(get_underlying_scalar_constant_value(eta)),
+                                      int(get_underlying_scalar_constant_value(n)))
+    return total
 
 
 def _leading_dim(model, rv) -> int:

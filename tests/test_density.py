@@ -449,3 +449,26 @@ def test_ordered_priors_that_cannot_be_normalised_are_refused_before_compiling(c
     make, match = ORDERED_REFUSED[case]
     with pytest.raises(ValueError, match=match):
         validate_model(_with_likelihood(lambda: make().sum()))
+
+
+@pytest.mark.parametrize("eta", [1.0, 2.0])
+def test_lkj_prior_density_integrates_to_one(eta):
+    """PyMC 5's LKJ normalising constant has its sign reversed (its density integrates to
+    (4/3)² at n = 2, η = 2); the log prior here is normalised on both stacks: importance
+    sampling of ∫ p(θ) dθ over the unconstrained space with a wide Gaussian gives 1."""
+    from scipy.special import logsumexp
+
+    with pm.Model() as model:
+        pm.LKJCholeskyCov("chol", n=2, eta=eta, sd_dist=pm.HalfNormal.dist(2.0))
+        pm.Normal("y", 0.0, 1.0, observed=[0.3])  # a likelihood, so that the model is valid
+    density = ModelDensity(model)
+    scale, n = 2.5, 200_000
+    X = np.random.default_rng(0).normal(0.0, scale, size=(n, density.dim))
+    log_prior, _ = density.log_densities(X)
+    log_q = (-0.5 * np.sum(X**2, axis=1) / scale**2
+             - density.dim * np.log(scale * np.sqrt(2 * np.pi)))
+    log_w = log_prior - log_q
+    log_integral = logsumexp(log_w) - np.log(n)
+    ess = np.exp(2 * logsumexp(log_w) - logsumexp(2 * log_w))
+    assert ess > 1000
+    assert abs(log_integral) < 5 / np.sqrt(ess) + 0.02
