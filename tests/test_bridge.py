@@ -93,10 +93,10 @@ def test_hierarchical_normal(hierarchical, method):
 
 
 def test_given_idata_equals_sampling_anew(regression):
-    """bridge(model, random_seed=s) == bridge(model, idata=pm.sample(..., random_seed=s), s)."""
+    """bridge(model, random_seed=s) == bridge(model, idata=its own draws, s)."""
     model, _, sampled = regression
-    idata = sample(model, SEED)
-    given = pm_evidence.bridge(model, idata=idata, random_seed=SEED, progressbar=False)
+    given = pm_evidence.bridge(model, idata=sampled.to_arviz(), random_seed=SEED,
+                               progressbar=False)
     assert given.log_evidence == sampled.log_evidence
     assert given.se == sampled.se
     for name in sampled.posterior:

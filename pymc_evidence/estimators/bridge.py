@@ -36,6 +36,8 @@ CHUNK = 4096
 #: Tags the proposal's random stream when ``random_seed`` is an int (see ``_seeds``): an int
 #: seed also goes to ``pm.sample``, whose streams use spawn keys (), (0,), (1,), ...
 _PROPOSAL_SPAWN_KEY = (0x62726964,)  # "brid"
+#: Tags the stream of the chains' starting points, drawn from pm.sample's seed.
+_STARTS_SPAWN_KEY = (0x73746172,)  # "star"
 
 
 class _Proposal(NamedTuple):
@@ -101,9 +103,8 @@ def _posterior_dataset(idata) -> xr.Dataset:
 def _seeds(random_seed):
     """``(seed for pm.sample, Generator for the proposal draws)`` from ``random_seed``.
 
-    An int (or None) goes to ``pm.sample`` unchanged, so that ``bridge(model, random_seed=s)``
-    uses exactly the draws of ``pm.sample(..., random_seed=s)``; the proposal's stream is then
-    spawned from the same seed under a key of its own. A Generator, SeedSequence or sequence
+    An int (or None) goes to ``pm.sample`` unchanged; the proposal's stream and the chains'
+    starting points are spawned from the same seed under keys of their own. A Generator, SeedSequence or sequence
     is turned into one Generator, which draws the seed for ``pm.sample`` and then the proposal.
     """
     if random_seed is None or (
@@ -136,13 +137,19 @@ _OWN_SAMPLE_ARGS = ("draws", "tune", "chains", "random_seed", "progressbar", "mo
                     "return_inferencedata")
 
 
-def _sample_posterior(model, density, draws, tune, chains, seed, progressbar, sample_kwargs):
-    """NUTS draws: ``pm.sample`` on one core with the density's compile mode."""
+def _sample_posterior(model, density, draws, tune, chains, seed, progressbar, sample_kwargs,
+                      starts):
+    """NUTS draws: ``pm.sample`` on one core with the density's compile mode, each chain
+    started at its own exact prior draw (``starts``, unconstrained): chains that start apart
+    can find different modes, which R-hat then reveals, where PyMC's default starts every
+    chain near one point (and an ordered vector's default start, all zeros, has no density)."""
+    initial = density.to_constrained(starts[:chains])
     arguments = dict(
         cores=1,
         nuts_sampler="pymc",
         compute_convergence_checks=False,
         compile_kwargs={"mode": density.mode},
+        initvals=[{name: initial[name][c] for name in density.free_names} for c in range(chains)],
     )
     arguments.update(sample_kwargs)
     with _quiet_pymc(not progressbar):
@@ -462,12 +469,13 @@ def bridge(
 
     sampled = posterior is None
     if sampled:
-        # pm.sample's own failure at a broken density does not say what is wrong; a fixed
-        # stream keeps the user's draws untouched.
-        checked = density.prior_draws(np.random.default_rng(0), 64)
-        check_prior_draws(density, checked, *density.log_densities(checked))
+        # pm.sample's own failure at a broken density does not say what is wrong; a stream of
+        # pm.sample's seed leaves the proposal's draws untouched.
+        stream = np.random.SeedSequence(sample_seed, spawn_key=_STARTS_SPAWN_KEY)
+        starts = density.prior_draws(np.random.default_rng(stream), max(chains, 64))
+        check_prior_draws(density, starts, *density.log_densities(starts))
         idata = _sample_posterior(
-            model, density, draws, tune, chains, sample_seed, progressbar, sample_kwargs
+            model, density, draws, tune, chains, sample_seed, progressbar, sample_kwargs, starts
         )
         posterior = _posterior_dataset(idata)
     t_sampling = time.perf_counter()
