@@ -18,7 +18,8 @@ import pytest
 
 import pymc_evidence
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 API_PAGE = DOCS / "api.md"
 #: Submodules whose ``__all__`` is documented name by name in the API reference.
 DOCUMENTED_SUBMODULES = ("pymc_evidence.testing", "pymc_evidence.kernels")
@@ -164,3 +165,23 @@ def test_gallery_groups_results_by_script(gallery, tmp_path):
     assert text.index("### Other results") < text.index("unrelated.svg")
     assert "run.nc" not in text
     assert "examples/robot.py" not in text  # the longest matching script name wins
+
+
+#: Pages a user reads, beside the documentation sources.
+USER_PAGES = [ROOT / "README.md", ROOT / "examples" / "README.md",
+              *sorted((ROOT / "benchmarks" / "results").glob("*.md")),
+              *sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts
+                      and p.name != "_gallery_items.md")]
+DEVELOPMENT_LOG = re.compile(
+    r"\bsession \d|\bthis session\b|\bat commit\b|commit `[0-9a-f]{7}|issue #\d"
+    r"|/work/|shared/papers",
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_pages_speak_about_the_package_not_its_development(page):
+    """No development-log wording (sessions, commits, issue numbers) and no paths that exist
+    only on the developers' machines."""
+    hits = [line for line in page.read_text().splitlines() if DEVELOPMENT_LOG.search(line)]
+    assert not hits, hits[:3]
