@@ -9,6 +9,7 @@ is generated at build time from the files in ``examples/results/`` and ``benchma
 from __future__ import annotations
 
 import os
+import re
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
@@ -29,6 +30,8 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
+    # MathJax copied into _static/mathjax: the pages' math renders offline, without a CDN.
+    "sphinx-mathjax-offline",
     "sphinx.ext.viewcode",
     "numpydoc",
     "results_gallery",
@@ -57,7 +60,9 @@ numpydoc_xref_param_type = False
 # --- HTML -----------------------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"
 html_title = f"pymc-evidence {release}"
-html_static_path = []
+html_static_path = ["_static"]
+# Wide equations, tables and code scroll sideways instead of being cut at the page's edge.
+html_css_files = ["custom.css"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
@@ -75,3 +80,46 @@ results_gallery_sources = [
     ("Examples", "examples/results", "examples"),
     ("Benchmarks", "benchmarks/results", "benchmarks"),
 ]
+
+
+# --- References sections of docstrings --------------------------------------------------------
+#: A reference starts with its first author, "Surname, I." (initials, perhaps more authors),
+#: and has its year in parentheses soon after.
+_REFERENCE_START = re.compile(
+    r"(?<=\.)\s+(?=[A-ZÀ-Þ][\w'’-]+(?: [A-Z][\w'’-]+)*, (?:[A-Z]\.[ -]?)+[^()]{0,200}?\(\d{4}\))"
+)
+
+
+def _references_as_list(app, what, name, obj, options, lines):
+    """A numpydoc "References" section, one reference after another on consecutive lines,
+    would render as one paragraph: make each reference an item of a bulleted list."""
+    for i in range(len(lines) - 1):
+        if lines[i].strip() == "References" and re.fullmatch(r"-{3,}", lines[i + 1].strip()):
+            break
+    else:
+        return
+    start = end = i + 2
+    while end < len(lines) and not (
+        end + 1 < len(lines) and lines[end].strip()
+        and re.fullmatch(r"-{3,}", lines[end + 1].strip())
+        and len(lines[end + 1].strip()) == len(lines[end].strip())
+    ):
+        end += 1
+    body = lines[start:end]
+    if any(line.lstrip().startswith(("..", "- ", "* ", "[")) for line in body):
+        return  # already a list, or citations: leave them to numpydoc
+    paragraphs, current = [], []
+    for line in body + [""]:
+        if line.strip():
+            current.append(line.strip())
+        elif current:
+            paragraphs.append(" ".join(current))
+            current = []
+    items = [item for text in paragraphs for item in _REFERENCE_START.split(text)]
+    new = [""] + [f"- {item}" for item in items] + [""]
+    lines[start:end] = new
+
+
+def setup(app):
+    # before numpydoc's own handler (priority 500), which parses the sections
+    app.connect("autodoc-process-docstring", _references_as_list, priority=400)

@@ -49,7 +49,7 @@ def _value_axis(ax, values) -> None:
 
 
 def plot_stages(result, ax=None):
-    """Log evidence ratio per stage and E_λ[log L] against λ (Barber & Bishop 1997, Fig. 1b).
+    """Log evidence ratio per stage and E_λ[log L] against λ (Barber & Bishop 1997, figure 1b).
 
     Parameters
     ----------
@@ -139,7 +139,7 @@ def plot_trace_energy(result, stage=None, ax=None):
 
 
 def plot_evidence(table, x=None, ax=None, reference=None, label=None):
-    """Log evidence of each model with ±2 SE error bars (e.g. against hidden units, Fig. 2a).
+    """Log evidence of each model with ±2 SE error bars (e.g. against hidden units, figure 2a).
 
     Parameters
     ----------
@@ -182,7 +182,7 @@ def plot_evidence(table, x=None, ax=None, reference=None, label=None):
 
 
 def plot_cmc_path(result, chain=0, stage=-1, ax=None):
-    """Model visited by a contour Monte Carlo run against the iteration (Liang 2005, Figs. 1, 3).
+    """Model visited by a contour Monte Carlo run against the iteration (Liang 2005, figures 1, 3).
 
     A free random walk over the models (every model visited, none favoured) is what a
     converged CMC run looks like.
@@ -228,7 +228,7 @@ def plot_cmc_path(result, chain=0, stage=-1, ax=None):
 
 
 def plot_nested(result, ax=None):
-    r"""A nested-sampling run as Skilling (2006, Fig. 2) draws it: log L* against log X, and
+    r"""A nested-sampling run as Skilling (2006, figure 2) draws it: log L* against log X, and
     where the posterior mass lies.
 
     Parameters

@@ -278,7 +278,7 @@ LIANG_BETA = np.array([-1.0, 3.0, -1.5])
 
 
 def liang_data(n=30, seed=0, noise_sd=0.2):
-    """Liang's (2005, §3.1) simulated data: x ~ U(−2, 2)², y from eq. 3.1 with his true
+    """Liang's (2005, §3.1) simulated data: x ~ U(−2, 2)², y from equation 3.1 with his true
     2-unit tanh network, β = (−1, 3, −1.5), γ_1 = (−0.5, 1, 3), γ_2 = (0.5, 2, 2), σ = 0.2.
 
     Returns ``(x, y)`` of shapes (n, 2) and (n,).
@@ -312,7 +312,8 @@ def _cholesky_terms(B, r, k):
 
 
 def liang_mlp(hidden_units, x, y, nu=1.0, eta=1.0, tau_beta=100.0, tau_gamma=100.0, name=""):
-    r"""Liang's (2005, §3) regression MLP with prior eq. 3.2, output weights integrated out.
+    r"""Liang's (2005, §3) regression MLP with the prior of his equation 3.2, output weights
+    integrated out.
 
     y_t = β_0 + Σ_k β_k tanh(γ_k0 + x_t γ_k) + ε_t (eq. 3.1), ε_t ~ N(0, σ²), with
     σ² ~ Inv-Gamma(ν, η), β_k | σ² ~ N(0, τ_β σ²), γ_kj | σ² ~ N(0, τ_γ σ²) (eq. 3.2).

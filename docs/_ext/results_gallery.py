@@ -14,10 +14,15 @@ What is shown, per results directory (``results_gallery_sources`` in ``conf.py``
   no script go to "Other results";
 * figures (``.png``, ``.svg``, ``.jpg``, ``.jpeg``, ``.gif``): a figure, captioned with the file
   name;
-* tables (``.csv``): the first ``MAX_TABLE_ROWS`` rows as a table, with a download link to the
-  whole file;
+* tables (``.csv``): a preview, the first ``MAX_TABLE_ROWS`` rows, with numbers to
+  ``SIGNIFICANT_DIGITS`` significant digits (at least ``MIN_DECIMALS`` decimals for numbers from
+  1 to a million, so that a log evidence keeps its third decimal) and text cells cut at
+  ``MAX_CELL_CHARS`` characters, then a download link to the whole file and notes on the
+  columns that need one (``COLUMN_NOTES``). When a write-up of the same name reports on the
+  table, the preview is folded away (an HTML ``<details>``), the write-up being the summary;
 * write-ups (``.md``): included as they are, headings shifted below the group's heading;
-* text (``.txt``, ``.json``): a literal block (up to ``MAX_TEXT_BYTES``), else a download link;
+* text (``.txt``, ``.json``): the first ``MAX_TEXT_LINES`` lines as a literal block, with a
+  download link to the whole file;
 * anything else is ignored (e.g. ``.nc`` files, which are not committed).
 
 The generated file is rewritten only when its content changes, so Sphinx's incremental builds
@@ -37,8 +42,20 @@ FIGURES = (".png", ".svg", ".jpg", ".jpeg", ".gif")
 TABLES = (".csv",)
 WRITEUPS = (".md",)
 TEXTS = (".txt", ".json")
-MAX_TABLE_ROWS = 40
-MAX_TEXT_BYTES = 20_000
+MAX_TABLE_ROWS = 10
+MAX_CELL_CHARS = 80
+SIGNIFICANT_DIGITS = 4
+MIN_DECIMALS = 3
+MAX_TEXT_LINES = 25
+#: Columns whose values need a word of explanation, by column name.
+COLUMN_NOTES = {
+    "ti": (
+        "`ti` ± `ti_se`: the thermodynamic-integration cross-check of the stepping-stone "
+        "estimate (`ti_log_evidence`, see {doc}`theory`). It is meaningless, huge (such as "
+        "1e25) or NaN, when $\\mathbb{E}_\\lambda[\\log L]$ diverges at the prior, as under "
+        "vague noise or scale priors; the stepping-stone column is the estimate."
+    ),
+}
 #: The page that includes the generated file; paths in it are relative to this page.
 GALLERY_PAGE = "gallery.md"
 #: The generated file, in the same directory as the page: MyST resolves ``:relative-images:``
@@ -73,18 +90,54 @@ def _fence(lines: list[str]) -> str:
     return "`" * max(3, longest + 1)
 
 
+_FLOAT = re.compile(r"[-+]?(\d+\.\d*|\.\d+|\d+(?=e))(e[-+]?\d+)?", re.IGNORECASE)
+#: Characters that can start markup (a role, a reference, math, ...) in a table cell.
+_MARKUP = re.compile(r"([\\`*_|\[\]<>:$#])")
+#: A cell that would be read as the start of a list.
+_LIST_START = re.compile(r"([-+*]|\d+[.)]|\(\d+\))(\s|$)")
+
+
+def _format_number(x: float) -> str:
+    """``SIGNIFICANT_DIGITS`` significant digits; from 1 to 1e6 at least ``MIN_DECIMALS``
+    decimals, trailing zeros dropped; scientific notation outside 1e-3 to 1e6."""
+    if x == 0:
+        return "0"
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    size = abs(x)
+    if 1 <= size < 1e6:
+        text = f"{x:.{max(MIN_DECIMALS, SIGNIFICANT_DIGITS - len(str(int(size))))}f}"
+        return text.rstrip("0").rstrip(".")
+    if 1e-3 <= size < 1:
+        return f"{x:.{SIGNIFICANT_DIGITS}g}"
+    mantissa, exponent = f"{x:.{SIGNIFICANT_DIGITS - 1}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
+    return f"{mantissa}e{int(exponent):+d}"
+
+
 def _format_cell(value: str) -> str:
-    """Long floats to 6 significant digits; everything else unchanged."""
-    text = value.strip()
-    if re.fullmatch(r"[-+]?\d*\.\d{7,}(e[-+]?\d+)?|[-+]?\d+(\.\d+)?e[-+]?\d+", text, re.I):
+    """A cell of a table preview: numbers with a decimal point or an exponent shortened
+    (integers stay as they are), whitespace collapsed, text cut at ``MAX_CELL_CHARS``
+    characters, and every character that could start markup escaped by a backslash."""
+    text = " ".join(value.split())
+    if _FLOAT.fullmatch(text):
         try:
-            return f"{float(text):.6g}"
+            return _format_number(float(text))
         except ValueError:
-            return value
-    return value
+            pass
+    if len(text) > MAX_CELL_CHARS:
+        text = text[: MAX_CELL_CHARS - 1].rstrip() + "…"
+    text = _MARKUP.sub(r"\\\1", text)
+    start = _LIST_START.match(text)
+    if start:  # escape the marker's punctuation: \- text, 1\. text, (1\) text
+        at = start.end(1) - 1 if start.group(1)[-1] in ".)" else 0
+        text = text[:at] + "\\" + text[at:]
+    return text
 
 
-def _csv_block(path: Path, rel: str) -> list[str]:
+def _csv_block(path: Path, rel: str, folded: bool = False) -> list[str]:
+    """A preview of a table: its first rows, shortened, and a link to the whole file; inside
+    a folded ``<details>`` when ``folded`` (a write-up reports on the table)."""
     with path.open(newline="", encoding="utf-8") as handle:
         rows = list(csv.reader(handle))
     if not rows:
@@ -95,14 +148,30 @@ def _csv_block(path: Path, rel: str) -> list[str]:
     shown = body[:MAX_TABLE_ROWS]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
+    writer.writerow([_format_cell(c) for c in header])
     writer.writerows([[_format_cell(c) for c in row] for row in shown])
     content = out.getvalue().splitlines()
     fence = _fence(content)
-    lines = [f"{fence}{{csv-table}} {path.name}", ":header-rows: 1", ":class: gallery-table", ""]
+    size = (
+        f"first {len(shown)} of {len(body)} rows" if len(body) > len(shown)
+        else f"{len(body)} row{'s' * (len(body) != 1)}"
+    )
+    lines = []
+    if folded:
+        lines += [
+            "<details class=\"gallery-data\">",
+            f"<summary>The data: <code>{path.name}</code> ({size}, {len(header)} columns)"
+            "</summary>",
+            "",
+        ]
+    lines += [f"{fence}{{csv-table}} {path.name}", ":header-rows: 1", ":class: gallery-table", ""]
     lines += content + [fence, ""]
-    more = f"first {len(shown)} of {len(body)} rows; " if len(body) > len(shown) else ""
+    more = f"{size}; " if len(body) > len(shown) else ""
     lines += [f"({more}{{download}}`download {path.name} <{rel}>`)", ""]
+    notes = [COLUMN_NOTES[name] for name in COLUMN_NOTES if name in header]
+    lines += [note for text in notes for note in (text, "")]
+    if folded:
+        lines += ["</details>", ""]
     return lines
 
 
@@ -129,16 +198,22 @@ def _writeup_block(path: Path, rel: str, level: int) -> list[str]:
 
 
 def _text_block(path: Path, rel: str) -> list[str]:
-    if path.stat().st_size > MAX_TEXT_BYTES:
+    """The first ``MAX_TEXT_LINES`` lines of a text file, and a link to the whole file."""
+    try:
+        n_lines = len(path.read_text(encoding="utf-8").splitlines())
+    except UnicodeDecodeError:
         return [f"{{download}}`{path.name} <{rel}>` ({path.stat().st_size // 1024} kB)", ""]
-    language = "json" if path.suffix == ".json" else "text"
-    return [
-        f"```{{literalinclude}} {rel}",
-        f":language: {language}",
-        f":caption: {path.name}",
-        "```",
-        "",
-    ]
+    language = "json" if path.suffix.lower() == ".json" else "text"
+    lines = [f"```{{literalinclude}} {rel}", f":language: {language}"]
+    if n_lines > MAX_TEXT_LINES:
+        lines += [
+            f":lines: 1-{MAX_TEXT_LINES}",
+            f":caption: {path.name} (first {MAX_TEXT_LINES} of {n_lines} lines)",
+        ]
+    else:
+        lines += [f":caption: {path.name}"]
+    lines += ["```", "", f"({{download}}`download {path.name} <{rel}>`)", ""]
+    return lines
 
 
 def _kind_order(path: Path) -> int:
@@ -184,13 +259,14 @@ def render(repo: Path, page_dir: Path, sources) -> str:
                 summary = _script_summary(script)
                 if summary:
                     lines += [summary, ""]
+            reported = {p.stem for p in groups[owner] if p.suffix.lower() in WRITEUPS}
             for path in sorted(groups[owner], key=lambda p: (_kind_order(p), p.name)):
                 rel = os.path.relpath(path, page_dir).replace(os.sep, "/")
                 suffix = path.suffix.lower()
                 if suffix in FIGURES:
                     lines += _figure_block(path, rel)
                 elif suffix in TABLES:
-                    lines += _csv_block(path, rel)
+                    lines += _csv_block(path, rel, folded=path.stem in reported)
                 elif suffix in WRITEUPS:
                     lines += _writeup_block(path, rel, level=3)
                 else:
