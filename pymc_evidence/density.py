@@ -13,11 +13,13 @@ so that the prior is exactly what ``pm.draw`` samples from, and the evidence is
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import NamedTuple
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytensor.tensor as pt
 from pymc.distributions import transforms
 from pymc.logprob.utils import local_check_parameter_to_ninf_switch
@@ -100,6 +102,22 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
             f"model {model.name or '(unnamed)'!r} has no likelihood term (no observed variable "
             "and no pm.Potential): its evidence is 1. Add observed data with observed=..."
         )
+
+
+@contextlib.contextmanager
+def _batch_unsupported():
+    """Say what to do when PyTensor cannot batch one of the model's Ops (it asserts or raises
+    NotImplementedError while vectorising or compiling the batched graph)."""
+    try:
+        yield
+    except (AssertionError, NotImplementedError) as err:
+        raise NotImplementedError(
+            f"PyTensor {pytensor.__version__} cannot evaluate this model's log density for a "
+            f"batch of points ({type(err).__name__}: {str(err).strip()[:200] or 'no message'}), "
+            "which every estimator here needs. Known case: pm.LKJCorr on PyMC 5 (its "
+            "determinant has no batched form): use pm.LKJCholeskyCov, or the Python 3.12 "
+            "stack (PyMC 6)."
+        ) from err
 
 
 def _batched(outputs, x, X):
@@ -257,7 +275,8 @@ class ModelDensity:
             self._point, [varlogp, model.datalogp], self.value_vars
         )
         X = pt.matrix("X", dtype=x.dtype)
-        terms = _batched([log_prior, log_lik], x, X)
+        with _batch_unsupported():
+            terms = _batched([log_prior, log_lik], x, X)
         # A likelihood that no parameter enters is one value for the batch, with zero gradient.
         grads = [pt.grad(term.sum(), X) if X in ancestors([term]) else pt.zeros_like(X)
                  for term in terms]
@@ -270,7 +289,8 @@ class ModelDensity:
         self._single = (log_prior, log_lik)
         self._batched_values = (batch_prior, batch_lik)
         self.chunk_rows = _chunk_rows([log_prior, log_lik])
-        self._fn = compile_pymc([X], outputs, mode=self.mode)
+        with _batch_unsupported():
+            self._fn = compile_pymc([X], outputs, mode=self.mode)
 
     # ----------------------------------------------------------------- evaluation
     def __call__(self, X: np.ndarray) -> DensityValues:

@@ -472,3 +472,18 @@ def test_lkj_prior_density_integrates_to_one(eta):
     ess = np.exp(2 * logsumexp(log_w) - logsumexp(2 * log_w))
     assert ess > 1000
     assert abs(log_integral) < 5 / np.sqrt(ess) + 0.02
+
+
+def test_lkj_corr_builds_or_says_what_to_do():
+    """pm.LKJCorr's determinant cannot be batched on PyMC 5 / PyTensor 2: a clear error naming
+    the fix, not an AssertionError from inside PyTensor; on PyMC 6 the density builds."""
+    from pymc_evidence._compat import PYMC_MAJOR
+
+    with pm.Model() as model:
+        pm.LKJCorr("r", n=3, eta=2.0)
+        pm.Normal("y", pm.Normal("mu", 0, 2), 1.0, observed=[0.3, -0.2])
+    if PYMC_MAJOR >= 6:
+        assert ModelDensity(model).dim == 4
+    else:
+        with pytest.raises(NotImplementedError, match="batch of points.*LKJCholeskyCov"):
+            ModelDensity(model)
