@@ -34,6 +34,7 @@ from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
 from pytensor.scalar import basic as ps
 from pytensor.tensor.basic import get_underlying_scalar_constant_value
+from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.elemwise import Elemwise
 from scipy.special import gammaln
 
@@ -489,8 +490,12 @@ def _lkj_excess(model) -> float:
         if type(rv.owner.op).__name__ not in ("_LKJCholeskyCovRV", "LKJCorrRV"):
             continue
         n, eta = rv.owner.op.dist_params(rv.owner)[:2]
-        total += lkj_normaliser_error(float(get_underlying_scalar_constant_value(eta)),
-                                      int(get_underlying_scalar_constant_value(n)))
+        try:
+            n, eta = int(get_underlying_scalar_constant_value(n)), float(
+                get_underlying_scalar_constant_value(eta))
+        except NotScalarConstantError:  # only PyMC 6 accepts these, and its constant is right
+            continue
+        total += lkj_normaliser_error(eta, n)
     return total
 
 
