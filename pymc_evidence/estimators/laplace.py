@@ -618,14 +618,8 @@ def _importance_check(density, modes, weights, log_symmetry, n, rng) -> tuple[fl
     (times the symmetry count, as the mixture covers one copy of each mode) and the ESS of the
     weights p(θ, D) / q(θ)."""
     weights = weights / weights.sum()
-    which = rng.choice(len(modes), size=n, p=weights)
-    X = np.empty((n, density.dim))
+    X, chols = _mixture_draws(density, modes, weights, n, rng)
     log_q = np.empty((len(modes), n))
-    chols = [np.linalg.cholesky(mode.neg_hessian) for mode in modes]  # H = L Lᵀ
-    for k, (mode, chol) in enumerate(zip(modes, chols)):
-        rows = np.flatnonzero(which == k)
-        z = rng.standard_normal((rows.size, density.dim))
-        X[rows] = mode.x + solve_triangular(chol.T, z.T, lower=False).T
     for k, (mode, chol) in enumerate(zip(modes, chols)):
         whitened = (X - mode.x) @ chol  # Lᵀ(x − θ*): its squared norm is (x − θ*)ᵀ H (x − θ*)
         log_q[k] = (np.log(weights[k]) + np.sum(np.log(np.diag(chol)))
@@ -648,17 +642,23 @@ def _warn_on_misfit(messages, log_evidence, importance_log_evidence, ess, n) -> 
              "number with an error bar.", stacklevel=4)
 
 
-def _laplace_draws(density, modes, weights, draws, rng):
-    """Draws from the mixture of the modes' Gaussians, constrained space, shape (1, draws, ...)."""
-    weights = weights / weights.sum()
-    which = rng.choice(len(modes), size=draws, p=weights)
-    X = np.empty((draws, density.dim))
-    for k, mode in enumerate(modes):
+def _mixture_draws(density, modes, weights, n, rng):
+    """``n`` unconstrained draws from the mixture of the modes' Gaussians N(θ*, H⁻¹) with
+    ``weights`` (summing to 1), and each mode's Cholesky factor L of H = L Lᵀ."""
+    which = rng.choice(len(modes), size=n, p=weights)
+    X = np.empty((n, density.dim))
+    chols = [np.linalg.cholesky(mode.neg_hessian) for mode in modes]
+    for k, (mode, chol) in enumerate(zip(modes, chols)):
         rows = np.flatnonzero(which == k)
         if rows.size == 0:
             continue
-        chol = np.linalg.cholesky(mode.neg_hessian)  # H = L Lᵀ; x = θ* + L⁻ᵀ z
         z = rng.standard_normal((rows.size, density.dim))
-        X[rows] = mode.x + solve_triangular(chol.T, z.T, lower=False).T
+        X[rows] = mode.x + solve_triangular(chol.T, z.T, lower=False).T  # x = θ* + L⁻ᵀ z
+    return X, chols
+
+
+def _laplace_draws(density, modes, weights, draws, rng):
+    """Draws from the mixture of the modes' Gaussians, constrained space, shape (1, draws, ...)."""
+    X, _ = _mixture_draws(density, modes, weights / weights.sum(), draws, rng)
     constrained = density.to_constrained(X)
     return {name: value[None, ...] for name, value in constrained.items()}
