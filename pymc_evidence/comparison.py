@@ -247,7 +247,8 @@ def compare(
         ``log_evidence``          estimate of log p(D | M) (nats)
         ``se``                    its standard error
         ``d_log_evidence``        log evidence of the best model minus this one's (≥ 0)
-        ``dse``                   standard error of that difference (independent estimates)
+        ``dse``                   standard error of that difference (for ``"cmc"``, from the
+                                  replicas of the joint run)
         ``log_bayes_factor``      log Bayes factor of this model against the next-ranked one
                                   (NaN for the last)
         ``weight``                posterior model probability p(M | D) under ``prior_model_probs``
@@ -352,7 +353,8 @@ def _table(results: dict, log_prior: np.ndarray, method: str) -> pd.DataFrame:
             "log_evidence": ranked_log_z,
             "se": se[order],
             "d_log_evidence": log_z[best] - ranked_log_z,
-            "dse": np.where(order == best, 0.0, np.hypot(se[order], se[best])),
+            "dse": [0.0 if i == best else results[names[i]].difference_se(results[names[best]])
+                    for i in order],
             "log_bayes_factor": np.append(ranked_log_z[:-1] - ranked_log_z[1:], np.nan),
             "weight": weight[order],
             "method": method,

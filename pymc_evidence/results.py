@@ -101,6 +101,11 @@ class EvidenceResult:
         """The same result for a model called ``model_name``."""
         return replace(self, model_name=model_name)
 
+    def difference_se(self, other: "EvidenceResult") -> float:
+        """SE of ``self.log_evidence − other.log_evidence``: √(se² + se_other²), the two estimates
+        being independent (a joint estimator's results override this)."""
+        return float(np.hypot(self.se, other.se))
+
     @property
     def warning(self) -> bool:
         """True if any soft problem was found (the ``warning`` column of :func:`compare`)."""
@@ -112,8 +117,7 @@ class EvidenceResult:
             f"  log evidence = {self.log_evidence:.4f} ± {self.se:.4f} (SE)",
         ]
         for name, value in self.estimates.items():
-            shown = f"{value:.4f}" if isinstance(value, float) else f"{value}"
-            lines.append(f"  {name} = {shown}")
+            lines.append(f"  {name} = {_shown(value)}")
         if "total" in self.timing:
             lines.append(f"  time: {self.timing['total']:.1f} s")
         lines += [f"  warning: {w}" for w in self.warnings]
@@ -336,6 +340,10 @@ class CMCResult(EvidenceResult):
     anchor, anchor_se : float
         The offset that lifts log p̂_i to log evidences (the inverse-variance weighted mean over
         models of importance-sampling log Ẑ_i − log p̂_i; 0 without anchor draws), and its SE.
+        ``se`` combines the anchor's SE with that of log p̂_i; differences between the models
+        of one run (:meth:`difference_se`) carry neither the anchor nor its error.
+    replica_probability : tuple of float
+        The model's probability ĝ_i / Σ_j ĝ_j in each replica of the run.
     importance_log_evidence, importance_se : float
         This model's own importance-sampling evidence from its pilot, and its SE.
     n_iterations : int
@@ -361,6 +369,20 @@ class CMCResult(EvidenceResult):
     hidden_units: int | None = None
     birth_acceptance: float = np.nan
     death_acceptance: float = np.nan
+    replica_probability: tuple = ()
+
+    def difference_se(self, other: EvidenceResult) -> float:
+        """SE of the log evidence ratio to another model of the same run, from the replicas
+        (delta method): the models' estimates share the anchor and Σ_i p̂_i = 1, so they are
+        not independent. For a result of another run, √(se² + se_other²)."""
+        same_run = (isinstance(other, CMCResult) and self.settings == other.settings
+                    and self.timing == other.timing
+                    and len(self.replica_probability) == len(other.replica_probability) > 1)
+        if not same_run:
+            return super().difference_se(other)
+        p, q = np.asarray(self.replica_probability), np.asarray(other.replica_probability)
+        spread = p / p.mean() - q / q.mean()
+        return float(spread.std(ddof=1) / np.sqrt(spread.size))
 
 
 @dataclass(frozen=True, repr=False)  # keeps the summary as repr
@@ -412,6 +434,16 @@ _BASE_FIELDS = {f.name for f in fields(EvidenceResult)}
 #: Estimate names of files written before results were typed -> field names.
 _RENAMED = {"ti": "ti_log_evidence", "is_log_evidence": "importance_log_evidence",
             "is_se": "importance_se"}
+
+
+def _shown(value) -> str:
+    """A field's value in a summary: floats to 4 decimals, long tuples cut after four."""
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    if isinstance(value, tuple) and value and all(isinstance(v, float) for v in value):
+        head = ", ".join(f"{v:.4f}" for v in value[:4])
+        return f"({head}, … {len(value)} values)" if len(value) > 4 else f"({head})"
+    return f"{value}"
 
 
 def _as_type(annotation: str, value):

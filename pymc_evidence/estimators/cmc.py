@@ -158,21 +158,66 @@ class _MoveCounts(NamedTuple):
     accepted: np.ndarray  # (m, m)
     within_accept: np.ndarray  # (m,) summed HMC acceptance probabilities
     within_moves: np.ndarray  # (m,)
+    within_divergent: np.ndarray  # (m,) divergent HMC trajectories
+
+
+class DefensiveMixture(NamedTuple):
+    """q = (1 − ε) t + ε p₀ in a model's unconstrained space: a fitted multivariate t with a share
+    ε of the model's own prior p₀ (defensive importance sampling, Hesterberg 1995).
+
+    With the prior in the mixture, ψ / q ≤ L / ε: every region the posterior reaches can be
+    proposed (a funnel's neck that the t and HMC never visit, say), and importance weights stay
+    bounded.
+    """
+
+    t: MultivariateT
+    density: object  # the model's ModelDensity: exact prior draws, and log p₀ with Jacobians
+    prior_share: float
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        x = self.t.draw(rng, n)
+        from_prior = rng.uniform(size=n) < self.prior_share
+        if from_prior.any():
+            x[from_prior] = self.density.prior_draws(rng, int(from_prior.sum()))
+        return x
+
+    def logpdf(self, x: np.ndarray, log_prior: np.ndarray) -> np.ndarray:
+        """log q(x), given the prior log density (with Jacobians) of x."""
+        log_t = np.log1p(-self.prior_share) + self.t.logpdf(x)
+        if self.prior_share == 0:
+            return log_t
+        log_prior = np.where(np.isnan(log_prior), -np.inf, log_prior)
+        return np.logaddexp(log_t, np.log(self.prior_share) + log_prior)
 
 
 class _IndependenceMove(NamedTuple):
     """Between any two models: ω* ~ q_j, whatever ω is (log T ratio = log q_i(ω) − log q_j(ω*))."""
 
-    proposals: list  # one MultivariateT per model
+    proposals: list  # one DefensiveMixture per model
 
-    def __call__(self, rng, i, j, X):
+    def __call__(self, rng, i, j, X, log_prior):
         new = self.proposals[j].draw(rng, X.shape[0])
-        return new, self.proposals[i].logpdf(X) - self.proposals[j].logpdf(new)
+        values = self.proposals[j].density(new)
+        log_t = self.proposals[i].logpdf(X, log_prior) - self.proposals[j].logpdf(new, values.log_prior)
+        return new, values, log_t
+
+
+class _BirthDeathMove(NamedTuple):
+    """Liang's birth/death move between MLPs with one hidden unit more or fewer, in the same
+    protocol as :class:`_IndependenceMove`."""
+
+    move: BirthDeath
+    densities: list
+
+    def __call__(self, rng, i, j, X, log_prior):
+        new, log_t = self.move(rng, i, j, X)
+        return new, self.densities[j](new), log_t
 
 
 def _make_step(densities, between, Q, hmc, counts: _MoveCounts):
-    """The CMC sampling step over models: eq. 2.2, with ``between(rng, i, j, X) -> (X*, log T
-    ratio)`` proposing the jumps from model i to model j (q_ij apart)."""
+    """The CMC sampling step over models: eq. 2.2, with ``between(rng, i, j, X, log_prior) ->
+    (X*, density values at X*, log T ratio)`` proposing the jumps from model i to model j
+    (q_ij apart)."""
     m = len(densities)
     log_Q = np.log(np.where(Q > 0, Q, 1.0))
     cum_Q = np.cumsum(Q, axis=1)
@@ -195,14 +240,14 @@ def _make_step(densities, between, Q, hmc, counts: _MoveCounts):
                 states[i] = _set_rows(states[i], rows, sub)
                 counts.within_accept[i] += float(np.sum(info.acceptance_rate))
                 counts.within_moves[i] += rows.size
+                counts.within_divergent[i] += int(np.sum(info.divergent))
         for i in range(m):
             for j in range(m):
                 rows = np.flatnonzero((current == i) & (target == j))
                 if i == j or not rows.size:
                     continue
                 old = states[i]  # jumps into i only write rows of replicas outside model i
-                proposal, log_t = between(rng, i, j, old.position[rows])
-                values = densities[j](proposal)
+                proposal, values, log_t = between(rng, i, j, old.position[rows], old.log_prior[rows])
                 log_alpha = (
                     log_g[rows, i] - log_g[rows, j]
                     + values.log_prior + values.log_likelihood
@@ -237,7 +282,7 @@ def _set_rows(state: kernels.HMCState, rows, values: kernels.HMCState) -> kernel
 UNIT_PROPOSALS = ("pilot", "normal", "liang")
 
 
-def _birth_death_move(densities, pilots, layer, unit_proposal, proposal_nu) -> BirthDeath:
+def _birth_death_move(densities, pilots, layer, unit_proposal, proposal_nu) -> _BirthDeathMove:
     """Liang's birth/death move (§2.3) for the densities of MLPs with h, h + 1, … units."""
     unit_names = {layer.weights, layer.bias, layer.output}
     shared_names = [n for n in densities[0].names if n not in unit_names]
@@ -252,14 +297,14 @@ def _birth_death_move(densities, pilots, layer, unit_proposal, proposal_nu) -> B
             # Units of the larger model's posterior: what a unit that "fits" looks like.
             units = pooled_units(layouts[i + 1], layer, pilots[i + 1].draws)
             unit_proposals.append(FixedUnits(MultivariateT.fit(units, nu=proposal_nu)))
-    return BirthDeath(layouts, unit_proposals)
+    return _BirthDeathMove(BirthDeath(layouts, unit_proposals), densities)
 
 
 # ============================================================================ the estimator
 def cmc(
     models,
     *,
-    n_chains: int = 8,
+    n_chains: int = 16,
     delta_1: float = 0.1,
     delta_end: float = 1e-3,
     stage_length: int = 200,
@@ -268,8 +313,9 @@ def cmc(
     model_proposal=None,
     mlp_layer=None,
     unit_proposal: str = "pilot",
-    n_pilot: int = 64,
+    n_pilot: int = 256,
     proposal_nu: float = 5.0,
+    prior_share: float = 0.1,
     anchor_draws: int = 2000,
     target_accept: float = 0.8,
     trajectory_length: float = 1.0,
@@ -296,8 +342,9 @@ def cmc(
     ----------
     models : list of pymc.Model or dict of {str: pymc.Model}
         At least two models (named as in :func:`~pymc_evidence.compare`).
-    n_chains : int, default 8
-        Independent CMC replicas (each with its own ĝ), run together; their spread gives the SE.
+    n_chains : int, default 16
+        Independent CMC replicas (each with its own ĝ), run together; their spread gives the SE
+        (with 8, the SE is itself uncertain by about a quarter).
     delta_1, delta_end : float, default 0.1 and 1e-3
         First modification factor and the stopping value (δ_{s+1} = √(1 + δ_s) − 1, until
         δ < ``delta_end``). The bias and variance of ĝ are O(δ) (Liang 2005, §2.1); Liang used
@@ -327,11 +374,22 @@ def cmc(
         the standard-normal z's of a non-centred parameterisation, so the acceptance is a
         likelihood ratio. "liang": Liang's N(μ, ζ²) for every parameter, μ and ζ² the mean and
         variance of the parameters of the units kept.
-    n_pilot : int, default 64
+    n_pilot : int, default 256
         Chains of each model's pilot run (prior draws annealed to the posterior by HMC), whose
-        draws fit the between-model proposals and the within-model HMC metric.
+        draws fit the between-model proposals and the within-model HMC metric. Every replica
+        moves with these, so the pilot's own error is common to the replicas and missing from
+        the SE: on centred eight schools against complete pooling (10 seeds), 64 chains gave
+        errors with an SD 1.6 times the reported SE, 256 chains 0.9 times. The pilot costs
+        little next to the run (0.1 s of 3.5 s there).
     proposal_nu : float, default 5
         Degrees of freedom of the multivariate t independence proposals.
+    prior_share : float, default 0.1
+        Share ε of each model's own prior in its independence proposal and importance-sampling
+        anchor, q = (1 − ε) t + ε p₀ (defensive importance sampling, Hesterberg 1995). It lets
+        jumps land where neither the t nor HMC within the model goes (the neck of a
+        hierarchical model's funnel: 0.12 nats low at an SE of 0.03 on centred eight schools
+        without it, within its SE with it) and bounds the importance weights by L / ε.
+        0 gives Liang's pure t proposals.
     anchor_draws : int, default 2000
         Importance-sampling draws per model (from its proposal) that fix the absolute level of
         the log evidences (CMC itself identifies only ratios). 0 leaves the level at
@@ -349,10 +407,12 @@ def cmc(
     dict of {str: CMCResult}
         One result per model, in the given order, ready for ``compare``'s table.
         ``log_evidence`` = log p̂_i + anchor, where p̂_i is the mean over replicas of
-        ĝ_i / Σ_j ĝ_j; ``se`` is the SE of log p̂_i from the spread between replicas (the
-        anchor's uncertainty, common to all models, is ``anchor_se``). The other fields:
-        ``probability`` and ``probability_se`` (posterior model probability, uniform model
-        prior), ``log_g`` (normalised), ``frequency`` (visits in the last stage),
+        ĝ_i / Σ_j ĝ_j; ``se`` combines the SE of log p̂_i (from the spread between replicas)
+        with the anchor's (``anchor_se``). Ratios between the models are free of the anchor:
+        their SEs (``difference_se``, used by ``compare``) come from the replicas. The other
+        fields: ``probability`` and ``probability_se`` (posterior model probability, uniform
+        model prior), ``replica_probability`` (per replica), ``log_g`` (normalised),
+        ``frequency`` (visits in the last stage),
         ``between_acceptance``, ``within_acceptance``, ``anchor``, ``anchor_se``,
         ``importance_log_evidence`` and ``importance_se`` (the importance-sampling check);
         each model's result has its own copy of ``settings``; with ``mlp_layer``
@@ -376,6 +436,8 @@ def cmc(
     -----
     1. Pilot: for each model, anneal ``n_pilot`` prior draws to λ = 1 with HMC; fit a
        multivariate t to the draws (unconstrained space) and take the HMC metric and step size.
+       The independence proposal q_i mixes this t with a share ``prior_share`` of the model's
+       prior.
     2. Start every replica in a random model at a pilot draw, with log ĝ = 0.
     3. Each iteration, every replica draws j from row i of Q. If j = i, one HMC transition
        within model i. Otherwise propose ω* ~ q_j and accept with
@@ -397,6 +459,9 @@ def cmc(
     Liang, F. (2005). Evidence evaluation for Bayesian neural networks using contour Monte
     Carlo. Neural Computation 17, 1385–1410.
 
+    Hesterberg, T. (1995). Weighted average importance sampling and defensive mixture
+    distributions. Technometrics 37, 185–194.
+
     Examples
     --------
     >>> import numpy as np, pymc as pm, pymc_evidence as pm_evidence
@@ -416,15 +481,15 @@ def cmc(
     if len(names) < 2:
         raise ValueError(f"cmc needs at least two models to compare, got {len(names)}")
     _validate_arguments(n_chains, delta_1, delta_end, stage_length, growth, stability_tol, n_pilot,
-                        proposal_nu, anchor_draws, target_accept, trajectory_length, max_leapfrog,
-                        path_every)
+                        proposal_nu, prior_share, anchor_draws, target_accept, trajectory_length,
+                        max_leapfrog, path_every)
     layer, hidden, model_proposal, Q = _validate_moves(named, mlp_layer, unit_proposal, model_proposal)
     settings = dict(
         models=names, n_chains=int(n_chains), delta_1=delta_1, delta_end=delta_end,
         stage_length=int(stage_length), growth=growth, stability_tol=stability_tol,
         model_proposal=model_proposal if isinstance(model_proposal, str) else Q.tolist(),
         mlp_layer=None if layer is None else vars(layer), unit_proposal=unit_proposal,
-        n_pilot=int(n_pilot), proposal_nu=proposal_nu, anchor_draws=int(anchor_draws),
+        n_pilot=int(n_pilot), proposal_nu=proposal_nu, prior_share=prior_share, anchor_draws=int(anchor_draws),
         target_accept=target_accept, trajectory_length=trajectory_length,
         max_leapfrog=max_leapfrog, path_every=int(path_every), backend=backend,
     )
@@ -446,7 +511,7 @@ def cmc(
     return {
         name: CMCResult(
             log_evidence=float(summary.log_evidence[i]),
-            se=float(summary.log_p_se[i]),
+            se=float(np.hypot(summary.log_p_se[i], np.nan_to_num(summary.anchor_se))),
             model_name=name,
             diagnostics=_stage_diagnostics(run, i, layer),
             posterior=_pilot_posterior(densities[i], pilots[i]),
@@ -461,8 +526,8 @@ def cmc(
 
 
 def _validate_arguments(n_chains, delta_1, delta_end, stage_length, growth, stability_tol,
-                        n_pilot, proposal_nu, anchor_draws, target_accept, trajectory_length,
-                        max_leapfrog, path_every):
+                        n_pilot, proposal_nu, prior_share, anchor_draws, target_accept,
+                        trajectory_length, max_leapfrog, path_every):
     """Raise on a numerical option of the wrong type or out of range, before any compiling."""
     integer("n_chains", n_chains, 2, why=" (independent replicas give the standard error)")
     number("delta_1", delta_1, low=0, low_open=True)
@@ -472,6 +537,7 @@ def _validate_arguments(n_chains, delta_1, delta_end, stage_length, growth, stab
     number("stability_tol", stability_tol, low=0, low_open=True, optional=True)
     integer("n_pilot", n_pilot, 8)
     number("proposal_nu", proposal_nu, low=0, low_open=True)
+    number("prior_share", prior_share, low=0, high=1, high_open=True)
     integer("anchor_draws", anchor_draws, 0)
     number("target_accept", target_accept, low=0, high=1, low_open=True, high_open=True)
     number("trajectory_length", trajectory_length, low=0, low_open=True)
@@ -527,7 +593,10 @@ def _pilot_moves(rng, densities, layer, settings: dict):
         k: settings[k] for k in ("target_accept", "trajectory_length", "max_leapfrog")
     }
     pilots = [_pilot(rng, d, settings["n_pilot"], 8, 4, kernel_settings) for d in densities]
-    proposals = [MultivariateT.fit(p.draws, nu=settings["proposal_nu"]) for p in pilots]
+    proposals = [
+        DefensiveMixture(MultivariateT.fit(p.draws, nu=settings["proposal_nu"]), d, settings["prior_share"])
+        for p, d in zip(pilots, densities)
+    ]
     if layer is None:
         between = _IndependenceMove(proposals)
     else:
@@ -556,7 +625,7 @@ def _run(rng, densities, pilots, between, hmc, Q, settings: dict, progressbar: b
     for density, pilot in zip(densities, pilots):
         rows = rng.integers(0, len(pilot.draws), size=R)
         states.append(kernels.init(density, pilot.draws[rows]))
-    counts = _MoveCounts(np.zeros((m, m)), np.zeros((m, m)), np.zeros(m), np.zeros(m))
+    counts = _MoveCounts(np.zeros((m, m)), np.zeros((m, m)), np.zeros(m), np.zeros(m), np.zeros(m))
     step = _make_step(densities, between, Q, hmc, counts)
     proposed, accepted = [], []
     bar = _Progress(progressbar, len(delta_schedule(settings["delta_1"], settings["delta_end"])))
@@ -646,7 +715,7 @@ def _importance_log_z(rng, density, proposal, n):
     """log Ẑ by importance sampling from the fitted proposal, and its delta-method SE."""
     x = proposal.draw(rng, n)
     values = density(x)
-    log_w = values.log_prior + values.log_likelihood - proposal.logpdf(x)
+    log_w = values.log_prior + values.log_likelihood - proposal.logpdf(x, values.log_prior)
     log_w = np.where(np.isnan(log_w), -np.inf, log_w)
     log_z = float(logsumexp(log_w) - np.log(n))
     relative = np.exp(log_w - log_z)
@@ -727,6 +796,7 @@ def _model_fields(summary: _Summary, run: _Run, i: int, hidden) -> dict:
         "importance_log_evidence": float(summary.is_log_z[i]),
         "importance_se": float(summary.is_se[i]),
         "n_iterations": int(run.core.stage_iterations.sum()),
+        "replica_probability": tuple(np.exp(run.core.log_g[:, i]).tolist()),
     }
     if hidden is not None:
         accepted, proposed = run.counts.accepted, run.counts.proposed
