@@ -256,7 +256,9 @@ def compare(
         ``warning``               True if the estimator reported a soft problem
         ========================  ====================================================================
 
-        ``table.attrs["results"]`` maps each name to its :class:`~pymc_evidence.EvidenceResult`.
+        ``table.attrs["results"]`` maps each name to its :class:`~pymc_evidence.EvidenceResult`;
+        ``table.attrs["indistinguishable"]`` lists the neighbouring pairs (higher-ranked first)
+        whose log Bayes factor is below twice its SE, which an :class:`EvidenceWarning` names.
 
     Raises
     ------
@@ -363,4 +365,25 @@ def _table(results: dict, log_prior: np.ndarray, method: str) -> pd.DataFrame:
         index=pd.Index([names[i] for i in order], name="model"),
     )
     table.attrs["results"] = {names[i]: results[names[i]] for i in order}
+    table.attrs["indistinguishable"] = _indistinguishable(results, [names[i] for i in order])
     return table[COLUMNS]
+
+
+def _indistinguishable(results: dict, ranked: list) -> list:
+    """Neighbours in the ranking whose log Bayes factor is below twice its SE, and a warning
+    naming them: their order is not established at this precision."""
+    pairs, details = [], []
+    for upper, lower in zip(ranked[:-1], ranked[1:]):
+        gap = results[upper].log_evidence - results[lower].log_evidence
+        se = results[upper].difference_se(results[lower])
+        if np.isfinite(gap) and se > 0 and gap < 2 * se:
+            pairs.append((upper, lower))
+            details.append(f"{upper!r} and {lower!r}: {gap:.2f} ± {se:.2f}")
+    if pairs:
+        warnings.warn(
+            "cannot be told apart at this precision (log Bayes factor within 2 SE of 0): "
+            + "; ".join(details) + ". Their order may flip on a rerun; lower target_se (or add "
+            "effort) before choosing between them.",
+            EvidenceWarning, stacklevel=4,
+        )
+    return pairs

@@ -135,3 +135,14 @@ def test_a_model_without_an_estimate_is_ranked_last_and_the_rest_keep_their_weig
     assert np.isnan(table.loc["broken", "weight"])
     assert table.loc[["indep", "same"], "weight"].to_numpy() == pytest.approx(
         thermodynamic_table["weight"].to_numpy())
+
+
+def test_models_the_data_cannot_tell_apart_are_named(thermodynamic_table):
+    assert thermodynamic_table.attrs["indistinguishable"] == []  # log BF 2.55, SE about 0.06
+    first, _ = testing.beta_binomial(name="first")
+    twin, _ = testing.beta_binomial(name="twin")  # the same model: a Bayes factor of 1
+    with pytest.warns(pm_evidence.EvidenceWarning,
+                      match=r"cannot be told apart .*'(first|twin)' and '(first|twin)': 0\.\d\d ±"):
+        table = pm_evidence.compare([first, twin], random_seed=0, progressbar=False,
+                                    target_se=None)
+    assert table.attrs["indistinguishable"] == [tuple(table.index)]
