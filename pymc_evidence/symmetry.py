@@ -25,7 +25,8 @@ from scipy.optimize import linear_sum_assignment
 from pymc_evidence._validation import integer
 
 __all__ = [
-    "MLPLayer", "mlp_symmetry", "align_units", "alignment_map", "transform_units", "as_layers"
+    "MLPLayer", "mlp_symmetry", "align_units", "alignment_map", "transform_units", "as_layers",
+    "detect_mlp_layers", "missing_layers_message",
 ]
 
 #: g(-a) = -g(a): flipping a unit's incoming weights, bias and outgoing weights is a symmetry.
@@ -227,6 +228,107 @@ def as_layers(mlp_layers, density) -> list[MLPLayer]:
         layer.hidden_units(shapes)
         layers.append(layer)
     return layers
+
+
+def detect_mlp_layers(model) -> list[MLPLayer]:
+    """Hidden layers recognised in a PyMC model's graph, for the warnings that suggest
+    ``mlp_layers``.
+
+    A layer is an activation of :data:`ACTIVATIONS` applied to ``x @ W + b`` (possibly scaled
+    by a constant or a scalar), where ``x`` holds no free variable and ``W`` and ``b`` each
+    depend on one untransformed free variable besides scalars (a non-centred ``W = z / √α``
+    gives ``z``); when the activations go on through ``@ V`` with ``V`` of the same kind, that
+    variable is the layer's output. Whether the units are exchangeable a priori (what makes the
+    permutations symmetries) is not checked: the result is a suggestion.
+    """
+    from pytensor.graph.traversal import ancestors, io_toposort
+
+    values = set(model.value_vars)
+    untransformed = {v for v in values if model.rvs_to_transforms[model.values_to_rvs[v]] is None}
+
+    def free(expr) -> list:
+        return [v for v in ancestors([expr]) if v in values]
+
+    def one_variable(expr, ndim=None):
+        tensors = [v for v in free(expr) if v.type.ndim > 0]
+        if (len(tensors) == 1 and ndim in (None, tensors[0].type.ndim)
+                and tensors[0] in untransformed):
+            return tensors[0].name
+        return None
+
+    def op_name(node) -> str:
+        op = getattr(node.op, "core_op", node.op)  # a Blockwise matmul counts as its core op
+        return type(getattr(op, "scalar_op", op)).__name__.lower()
+
+    def weights_of(term):
+        """W of a term x @ W (x free of variables), or of x * W, which is what PyTensor makes
+        of x @ W when x has one column."""
+        node = term.owner
+        if node is None or free(node.inputs[0]):
+            return None
+        if op_name(node) in _PRODUCTS or (op_name(node) == "mul" and len(node.inputs) == 2
+                                           and node.inputs[0].type.ndim == 2):
+            return node.inputs[1]
+        return None
+
+    nodes = io_toposort(model.value_vars, [model.logp()])
+    shapes = {k: np.shape(v) for k, v in model.initial_point().items()}
+    layers = []
+    for node in nodes:
+        activation = {"scalarsigmoid": "sigmoid"}.get(op_name(node), op_name(node))
+        if activation not in ACTIVATIONS or activation == "exp" or node.inputs[0].owner is None:
+            continue
+        pre = node.inputs[0]
+        while pre.owner is not None and op_name(pre.owner) == "mul":  # a constant or scalar scale
+            scaled = [i for i in pre.owner.inputs if any(v.type.ndim for v in free(i))]
+            if len(scaled) != 1:
+                break
+            pre = scaled[0]
+        terms = pre.owner.inputs if pre.owner is not None and op_name(pre.owner) == "add" else [pre]
+        products = [t for t in terms if weights_of(t) is not None]
+        if len(products) != 1 or len(terms) > 2:
+            continue
+        weights = one_variable(weights_of(products[0]), 2)
+        others = [t for t in terms if t is not products[0]]
+        bias = one_variable(others[0], 1) if others else None
+        output = None
+        for consumer in nodes:  # g(...) @ V, or g(...) * V for one hidden unit
+            product = op_name(consumer) in _PRODUCTS or (
+                op_name(consumer) == "mul" and len(consumer.inputs) == 2)
+            if product and consumer.inputs[0] is node.outputs[0]:
+                output = output or one_variable(consumer.inputs[1])
+        if weights is None or (len(terms) == 2 and bias is None):
+            continue
+        layer = MLPLayer(weights=weights, output=output, bias=bias, activation=activation)
+        try:
+            layer.hidden_units(shapes)
+        except (ValueError, IndexError):
+            continue
+        layers.append(layer)
+    return layers
+
+
+#: Graph ops of a matrix product x @ W (PyTensor 2 and 3, before rewriting).
+_PRODUCTS = frozenset({"dot", "matmul"})
+
+
+def missing_layers_message(layers: list[MLPLayer], consequence: str) -> str:
+    """The warning for a model in which :func:`detect_mlp_layers` found ``layers`` but that was
+    given no ``mlp_layers``: what goes wrong (``consequence``) and the argument to pass."""
+    code = ", ".join(_layer_code(layer) for layer in layers)
+    code = code if len(layers) == 1 else f"[{code}]"
+    return (f"the model looks like a neural network ({len(layers)} hidden layer"
+            f"{'s' if len(layers) > 1 else ''} of {layers[0].activation} units) but mlp_layers "
+            f"was not given: {consequence} If its hidden units are exchangeable a priori, pass "
+            f"mlp_layers={code}.")
+
+
+def _layer_code(layer: MLPLayer) -> str:
+    parts = [repr(layer.weights)]
+    parts += [f"{k}={getattr(layer, k)!r}" for k in ("bias", "output") if getattr(layer, k)]
+    if layer.activation != "tanh":
+        parts.append(f"activation={layer.activation!r}")
+    return f"MLPLayer({', '.join(parts)})"
 
 
 def _unit_matrix(values: dict, layer: MLPLayer) -> tuple[np.ndarray, np.ndarray]:

@@ -14,7 +14,7 @@ import pymc_evidence as pm_evidence
 from pymc_evidence import _optimize
 from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceWarning
-from pymc_evidence.symmetry import MLPLayer, align_units, transform_units
+from pymc_evidence.symmetry import MLPLayer, align_units, detect_mlp_layers, transform_units
 
 from _linear import N_OBS, N_SLOPES, NOISE_SD, PRIOR_SD, linear_regression  # tests/_linear.py
 
@@ -232,6 +232,34 @@ def test_mlp_layers_dict_form_and_bad_names(mlp, mlp_mode):
     assert res.settings["symmetry"] == 1  # an explicit symmetry wins
     with pytest.raises(ValueError, match="'w_hidden' is not an untransformed free variable"):
         pm_evidence.laplace(mlp, restarts=1, mlp_layers=MLPLayer("w_hidden", "w_out"))
+
+
+def test_an_mlp_without_mlp_layers_is_recognised_and_the_missing_copies_named(mlp, mlp_mode):
+    """The model of this file, written as users write MLPs, without mlp_layers or symmetry: the
+    warning names the layer and exactly the log S the estimate then lacks."""
+    assert detect_mlp_layers(mlp) == [LAYER]
+    density, x, _ = mlp_mode
+    with pytest.warns(pm_evidence.EvidenceWarning,
+                      match=r"looks like a neural network .* 48 symmetric copies.* 3\.87 nats too "
+                            r"low.*mlp_layers=MLPLayer\('w_in', bias='b_in', output='w_out'\)"):
+        bare = pm_evidence.laplace(mlp, restarts=0, start=x[None], check_draws=0,
+                                   progressbar=False)
+    declared = pm_evidence.laplace(mlp, restarts=0, start=x[None], mlp_layers=LAYER,
+                                   check_draws=0, progressbar=False)
+    assert declared.log_evidence - bare.log_evidence == pytest.approx(np.log(48), abs=1e-9)
+    assert not declared.warnings
+    explicit = pm_evidence.laplace(mlp, restarts=0, start=x[None], symmetry=1, check_draws=0,
+                                   progressbar=False)
+    assert explicit.log_evidence == bare.log_evidence and not explicit.warnings
+
+
+def test_no_layer_is_recognised_where_there_is_none(linear):
+    assert detect_mlp_layers(linear[0]) == []
+    x = np.linspace(-2, 2, 20)
+    with pm.Model() as squashed:  # a tanh of one scalar coefficient: no hidden units
+        a = pm.Normal("a", 0, 1)
+        pm.Normal("y", pm.math.tanh(a * x), 1.0, observed=np.sin(x))
+    assert detect_mlp_layers(squashed) == []
 
 
 # ------------------------------------------------------------------------- modes and saddles

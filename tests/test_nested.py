@@ -201,3 +201,12 @@ def test_plot_nested_draws_every_run(regression):
     plt.close("all")
     with pytest.raises(ValueError, match="needs a result of nested"):
         pm_evidence.plot_nested(pm_evidence.BICResult(log_evidence=-1.0, se=0.0))
+
+
+def test_an_mlp_without_mlp_layers_gets_the_argument_it_needs():
+    model = testing.robot_arm_mlp(1)
+    with pytest.warns(EvidenceWarning, match=r"looks like a neural network .* 20 d .*"
+                      r"mlp_layers=MLPLayer\('z_w_in', bias='z_b_hidden', output='z_w_out'\)"):
+        res = pm_evidence.nested(model, max_steps=2, target_se=None, random_seed=0,
+                                 progressbar=False)
+    assert any("neural network" in message for message in res.warnings)

@@ -297,3 +297,13 @@ def test_integration_keeps_resolved_integrands_and_rejects_unresolved_ones():
     mean_ll[:, 0], var_ll[:, 0] = -900.0, 1e8
     unresolved = thermodynamic_integration(lambdas, mean_ll, var_ll, n_particles=100)
     assert np.isnan(unresolved.log_evidence)
+
+
+def test_an_mlp_without_mlp_layers_gets_the_argument_it_needs():
+    model = testing.robot_arm_mlp(1)
+    with pytest.warns(pm_evidence.EvidenceWarning, match=r"looks like a neural network .*"
+                      r"mlp_layers=MLPLayer\('z_w_in', bias='z_b_hidden', output='z_w_out'\)"):
+        res = pm_evidence.thermodynamic(model, ladder=[0.0, 1.0], n_particles=16, n_groups=2,
+                                        max_groups=2, target_se=None, random_seed=0,
+                                        progressbar=False)
+    assert any("neural network" in message for message in res.warnings)

@@ -29,7 +29,9 @@ from pymc_evidence._validation import choice, integer, number, resolve_model
 from pymc_evidence.density import get_density
 from pymc_evidence.estimators import _mackay
 from pymc_evidence.results import LaplaceResult, warn
-from pymc_evidence.symmetry import MLPLayer, align_units, as_layers, mlp_symmetry
+from pymc_evidence.symmetry import (
+    MLPLayer, align_units, as_layers, detect_mlp_layers, missing_layers_message, mlp_symmetry,
+)
 
 __all__ = ["laplace"]
 
@@ -299,13 +301,15 @@ def laplace(
     rng = as_generator(random_seed)
     density = get_density(model, backend=backend)
     layers = as_layers(mlp_layers, density)
+    messages: list[str] = []
+    shapes = dict(zip(density.names, density.shapes))
     if symmetry is None:
-        shapes = dict(zip(density.names, density.shapes))
+        if not layers:
+            _warn_if_mlp(messages, model, shapes)
         symmetry = math.prod(mlp_symmetry(l.hidden_units(shapes), l.activation) for l in layers)
     log_symmetry = math.log(symmetry)  # exact for counts beyond int64 (2^h h! at h ≥ 17)
     t_density = time.perf_counter()
 
-    messages: list[str] = []
     modes, n_start = _distinct_modes(density, rng, framework, restarts, start, groups, noise,
                                      layers, merge_distance, progressbar, messages)
     t_modes = time.perf_counter()
@@ -372,6 +376,19 @@ def laplace(
 
 
 # --------------------------------------------------------------------------- steps
+def _warn_if_mlp(messages: list, model, shapes: dict) -> None:
+    """Warn when the model looks like an MLP but neither ``mlp_layers`` nor ``symmetry`` was
+    given: the symmetric copies of every mode are then left out of the sum."""
+    layers = detect_mlp_layers(model)
+    if not layers:
+        return
+    copies = math.prod(mlp_symmetry(l.hidden_units(shapes), l.activation) for l in layers)
+    warn(messages, missing_layers_message(
+        layers, f"each mode found is one of {copies} symmetric copies, and without mlp_layers "
+        f"(or symmetry) they are not added: the log evidence is {math.log(copies):.2f} nats "
+        "too low."), stacklevel=4)
+
+
 def _validate_arguments(restarts, start, symmetry, framework, groups, noise, merge_distance,
                         draws) -> tuple[int, int]:
     """Raise on a bad argument before any work; returns ``restarts`` and ``draws`` as ints."""

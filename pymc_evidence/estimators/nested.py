@@ -28,7 +28,9 @@ from pymc_evidence.estimators._nested_core import (
 )
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
 from pymc_evidence.results import NestedResult, warn
-from pymc_evidence.symmetry import MLPLayer, align_units, as_layers
+from pymc_evidence.symmetry import (
+    MLPLayer, align_units, as_layers, detect_mlp_layers, missing_layers_message,
+)
 
 __all__ = ["nested"]
 
@@ -217,6 +219,9 @@ def nested(
                          target_se, n_runs, max_runs, max_clusters, max_steps, backend,
                          random_seed, bool(layers))
     settings["mlp_layers"] = [vars(layer) for layer in layers] or None
+    messages: list[str] = []
+    if mlp_layers is None:
+        _warn_if_mlp(messages, model)
     store = StateFile(checkpoint, run_key(settings, density, random_seed))
     saved = store.load()
     rng = as_generator(random_seed)
@@ -233,7 +238,19 @@ def nested(
     sampled = time.perf_counter()
     timing = {"compile": compiled - start, "sampling": store.earlier + sampled - compiled,
               "earlier_sessions": store.earlier}
-    return _result(rng, model, density, runs, settings, timing, start)
+    return _result(rng, model, density, runs, settings, timing, start, messages)
+
+
+def _warn_if_mlp(messages: list, model) -> None:
+    layers = detect_mlp_layers(model)
+    if not layers:
+        return
+    text = missing_layers_message(
+        layers, "its posterior holds 2^h·h! symmetric copies of every mode; without mlp_layers "
+        "the live points' clusters and slice directions mix the copies, and num_inner_steps "
+        f"defaults to {_INNER_STEPS} d instead of the {_MLP_INNER_STEPS} d that MLP posteriors "
+        "need (robot-arm MLP, 17 parameters: 1.1 nats, 2.4 SE low with 5 d moves).")
+    warn(messages, text, stacklevel=4)
 
 
 def _check_first_live_points(density, seed, n_live) -> None:
@@ -427,9 +444,8 @@ def _combine(runs: list[NestedRun]) -> tuple[float, float, float, float]:
     return estimate, float(np.nanmax([within, between])), within, between
 
 
-def _result(rng, model, density, runs, settings, timing, start) -> NestedResult:
+def _result(rng, model, density, runs, settings, timing, start, messages: list) -> NestedResult:
     log_z, se, within, between = _combine(runs)
-    messages: list[str] = []
     _warn_on_soft_problems(messages, runs, se, settings)
     posterior, sample_stats, ess = _posterior(rng, density, runs)
     timing["total"] = time.perf_counter() - start

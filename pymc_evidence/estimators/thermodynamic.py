@@ -35,7 +35,7 @@ from pymc_evidence.estimators._stepping_stone import (
 from pymc_evidence.estimators._tempering import Round, final_draws, power_ladder, run_round
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
 from pymc_evidence.results import ThermodynamicResult, warn
-from pymc_evidence.symmetry import as_layers
+from pymc_evidence.symmetry import as_layers, detect_mlp_layers, missing_layers_message
 
 __all__ = ["thermodynamic", "power_ladder"]
 
@@ -235,6 +235,9 @@ def thermodynamic(
     compiled = time.perf_counter()
     round_settings = _round_settings(settings, density, mlp_layers)
     settings["mlp_layers"] = [vars(layer) for layer in round_settings["layers"]] or None
+    messages: list[str] = []
+    if mlp_layers is None:
+        _warn_if_mlp(messages, model)
 
     store = StateFile(checkpoint, run_key(settings, density, random_seed))
     rounds = _resume(store, rng)
@@ -255,7 +258,19 @@ def thermodynamic(
     timing = {"compile": compiled - start, "sampling": store.earlier + sampled - compiled,
               "earlier_sessions": store.earlier}
     return _result(rng, model, density, rounds, ladder, groups, settings, timing, start,
-                   store.earlier)
+                   store.earlier, messages)
+
+
+def _warn_if_mlp(messages: list, model) -> None:
+    layers = detect_mlp_layers(model)
+    if not layers:
+        return
+    text = missing_layers_message(
+        layers, "its posterior holds 2^h·h! symmetric copies of every mode, and without "
+        "mlp_layers each stage's HMC metric is estimated over all of them, so the moves barely "
+        "mix and the estimate can be far off with an SE that says nothing (robot-arm MLP with "
+        "one hidden unit, every default: −540.5 ± 4030 where −514.5 is right).")
+    warn(messages, text, stacklevel=4)
 
 
 def _round_settings(settings, density, mlp_layers) -> dict:
@@ -323,13 +338,14 @@ def _extra_groups(rng, store, rounds, model, density, backend, ladder, round_set
     return n_groups + extra
 
 
-def _result(rng, model, density, rounds, ladder, groups, settings, timing, start, earlier):
-    """The stepping-stone estimate with its cross-checks, warnings and draws, as a result."""
+def _result(rng, model, density, rounds, ladder, groups, settings, timing, start, earlier,
+            messages: list):
+    """The stepping-stone estimate with its cross-checks, warnings (after ``messages``, those
+    found before sampling) and draws, as a result."""
     n_particles = settings["n_particles"]
     log_ratio, log_ratio_var = round_increments(rounds)
     ss = stepping_stone(log_ratio, log_ratio_var)
     ti = round_integration(rounds, ladder, n_particles)
-    messages: list[str] = []
     _warn_on_soft_problems(messages, ss, ti, log_ratio_var, rounds, settings["target_se"], n_particles)
     posterior, sample_stats = final_draws(rng, density, rounds, n_particles)
     timing["total"] = time.perf_counter() - start + earlier
