@@ -67,11 +67,12 @@ def test_bimodal_mixture_within_its_error():
 @pytest.mark.slow
 def test_correlated_gaussian_d100_within_its_error():
     """100-d Gaussian likelihood with AR(1) correlation 0.9 (information about 309 nats), where
-    pm.sample_smc is 12 nats high: default slice moves (5 d), 250 live points to keep it to
-    minutes (the default 2500 costs ten times more per run)."""
+    pm.sample_smc is 12 nats high: default slice moves (5 d), 500 live points (5 d, the fewest
+    without an upward bias; the default 2500 costs five times more per run)."""
     model, exact = testing.correlated_gaussian(dim=100)
-    res = pm_evidence.nested(model, n_live=250, n_runs=2, target_se=None, random_seed=0,
+    res = pm_evidence.nested(model, n_live=500, n_runs=2, target_se=None, random_seed=0,
                              progressbar=False)
+    assert not res.warnings
     assert res.settings["num_inner_steps"] == 500
     assert abs(res.log_evidence - exact) < 3 * res.se, (res.log_evidence, res.se, exact)
     assert abs(res.information - 309) < 15  # KL(posterior || prior), computed in closed form
@@ -150,6 +151,13 @@ def test_too_few_inner_steps_warns():
     with pytest.warns(EvidenceWarning, match="num_inner_steps=9 is below 5 times the model's 5"):
         pm_evidence.nested(model, random_seed=0, progressbar=False, target_se=None,
                            num_inner_steps=9)
+
+
+def test_too_few_live_points_per_parameter_warn():
+    model, _ = testing.conjugate_regression(dim=5)
+    with pytest.warns(EvidenceWarning, match="n_live=20 is below 5 times the model's 5"):
+        pm_evidence.nested(model, n_live=20, max_steps=2, target_se=None, random_seed=0,
+                           progressbar=False)
 
 
 def test_insertion_ranks_warn_when_the_moves_do_not_mix():
