@@ -237,9 +237,11 @@ def detect_mlp_layers(model) -> list[MLPLayer]:
     A layer is an activation of :data:`ACTIVATIONS` applied to ``x @ W + b`` (possibly scaled
     by a constant or a scalar), where ``x`` holds no free variable and ``W`` and ``b`` each
     depend on one untransformed free variable besides scalars (a non-centred ``W = z / √α``
-    gives ``z``); when the activations go on through ``@ V`` with ``V`` of the same kind, that
-    variable is the layer's output. Whether the units are exchangeable a priori (what makes the
-    permutations symmetries) is not checked: the result is a suggestion.
+    gives ``z``), and whose activations go on through ``@ V`` with ``V`` of the same kind (the
+    layer's output). Without such a ``V`` the columns need not be hidden units (a multi-label
+    logistic regression has the same first half), so none is reported; nor is a layer whose
+    output weights the model integrates out. Whether the units are exchangeable a priori (what
+    makes the permutations symmetries) is not checked: the result is a suggestion.
     """
     from pytensor.graph.traversal import ancestors, io_toposort
 
@@ -297,7 +299,7 @@ def detect_mlp_layers(model) -> list[MLPLayer]:
                 op_name(consumer) == "mul" and len(consumer.inputs) == 2)
             if product and consumer.inputs[0] is node.outputs[0]:
                 output = output or one_variable(consumer.inputs[1])
-        if weights is None or (len(terms) == 2 and bias is None):
+        if weights is None or output is None or (len(terms) == 2 and bias is None):
             continue
         layer = MLPLayer(weights=weights, output=output, bias=bias, activation=activation)
         try:

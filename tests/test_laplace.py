@@ -260,6 +260,12 @@ def test_no_layer_is_recognised_where_there_is_none(linear):
         a = pm.Normal("a", 0, 1)
         pm.Normal("y", pm.math.tanh(a * x), 1.0, observed=np.sin(x))
     assert detect_mlp_layers(squashed) == []
+    labels = (np.sin(np.outer(x, [1.0, 2.0, 3.0])) > 0).astype(int)
+    with pm.Model() as multilabel:  # sigmoid(x W + b) with 2-D W, but no hidden layer
+        w = pm.Normal("w", 0, 1, shape=(1, 3))
+        b = pm.Normal("b", 0, 1, shape=3)
+        pm.Bernoulli("y", p=pm.math.sigmoid(x[:, None] @ w + b), observed=labels)
+    assert detect_mlp_layers(multilabel) == []
 
 
 # ------------------------------------------------------------------------- modes and saddles
