@@ -158,7 +158,6 @@ class _MoveCounts(NamedTuple):
     accepted: np.ndarray  # (m, m)
     within_accept: np.ndarray  # (m,) summed HMC acceptance probabilities
     within_moves: np.ndarray  # (m,)
-    within_divergent: np.ndarray  # (m,) divergent HMC trajectories
 
 
 class DefensiveMixture(NamedTuple):
@@ -198,7 +197,8 @@ class _IndependenceMove(NamedTuple):
     def __call__(self, rng, i, j, X, log_prior):
         new = self.proposals[j].draw(rng, X.shape[0])
         values = self.proposals[j].density(new)
-        log_t = self.proposals[i].logpdf(X, log_prior) - self.proposals[j].logpdf(new, values.log_prior)
+        log_t = (self.proposals[i].logpdf(X, log_prior)
+                 - self.proposals[j].logpdf(new, values.log_prior))
         return new, values, log_t
 
 
@@ -240,14 +240,14 @@ def _make_step(densities, between, Q, hmc, counts: _MoveCounts):
                 states[i] = _set_rows(states[i], rows, sub)
                 counts.within_accept[i] += float(np.sum(info.acceptance_rate))
                 counts.within_moves[i] += rows.size
-                counts.within_divergent[i] += int(np.sum(info.divergent))
         for i in range(m):
             for j in range(m):
                 rows = np.flatnonzero((current == i) & (target == j))
                 if i == j or not rows.size:
                     continue
                 old = states[i]  # jumps into i only write rows of replicas outside model i
-                proposal, values, log_t = between(rng, i, j, old.position[rows], old.log_prior[rows])
+                proposal, values, log_t = between(rng, i, j, old.position[rows],
+                                                  old.log_prior[rows])
                 log_alpha = (
                     log_g[rows, i] - log_g[rows, j]
                     + values.log_prior + values.log_likelihood
@@ -594,8 +594,9 @@ def _pilot_moves(rng, densities, layer, settings: dict):
     }
     pilots = [_pilot(rng, d, settings["n_pilot"], 8, 4, kernel_settings) for d in densities]
     proposals = [
-        DefensiveMixture(MultivariateT.fit(p.draws, nu=settings["proposal_nu"]), d, settings["prior_share"])
-        for p, d in zip(pilots, densities)
+        DefensiveMixture(MultivariateT.fit(p.draws, nu=settings["proposal_nu"]), density,
+                         settings["prior_share"])
+        for p, density in zip(pilots, densities)
     ]
     if layer is None:
         between = _IndependenceMove(proposals)
@@ -625,7 +626,7 @@ def _run(rng, densities, pilots, between, hmc, Q, settings: dict, progressbar: b
     for density, pilot in zip(densities, pilots):
         rows = rng.integers(0, len(pilot.draws), size=R)
         states.append(kernels.init(density, pilot.draws[rows]))
-    counts = _MoveCounts(np.zeros((m, m)), np.zeros((m, m)), np.zeros(m), np.zeros(m), np.zeros(m))
+    counts = _MoveCounts(np.zeros((m, m)), np.zeros((m, m)), np.zeros(m), np.zeros(m))
     step = _make_step(densities, between, Q, hmc, counts)
     proposed, accepted = [], []
     bar = _Progress(progressbar, len(delta_schedule(settings["delta_1"], settings["delta_end"])))
