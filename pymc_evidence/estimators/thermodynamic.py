@@ -40,6 +40,15 @@ from pymc_evidence.symmetry import as_layers, detect_mlp_layers, missing_layers_
 __all__ = ["thermodynamic", "power_ladder"]
 
 
+#: What goes wrong on an MLP without mlp_layers (the warning that suggests them).
+_NO_LAYERS = (
+    "its posterior holds 2^h·h! symmetric copies of every mode, and without "
+    "mlp_layers each stage's HMC metric is estimated over all of them, so the moves barely "
+    "mix and the estimate can be far off with an SE that says nothing (robot-arm MLP with "
+    "one hidden unit, every default: −540.5 ± 4030 where −514.5 is right)."
+)
+
+
 def _validate_arguments(n_particles, n_groups, target_se, max_groups, ladder, target_cess,
                         resample_threshold, max_transitions, decorrelation, mass_matrix, cores):
     """Raise on a bad argument before any work; returns the ladder as an array (or None)."""
@@ -236,8 +245,8 @@ def thermodynamic(
     round_settings = _round_settings(settings, density, mlp_layers)
     settings["mlp_layers"] = [vars(layer) for layer in round_settings["layers"]] or None
     messages: list[str] = []
-    if mlp_layers is None:
-        _warn_if_mlp(messages, model)
+    if mlp_layers is None and (found := detect_mlp_layers(model)):
+        warn(messages, missing_layers_message(found, _NO_LAYERS), stacklevel=3)
 
     store = StateFile(checkpoint, run_key(settings, density, random_seed))
     rounds = _resume(store, rng)
@@ -260,17 +269,6 @@ def thermodynamic(
     return _result(rng, model, density, rounds, ladder, groups, settings, timing, start,
                    store.earlier, messages)
 
-
-def _warn_if_mlp(messages: list, model) -> None:
-    layers = detect_mlp_layers(model)
-    if not layers:
-        return
-    text = missing_layers_message(
-        layers, "its posterior holds 2^h·h! symmetric copies of every mode, and without "
-        "mlp_layers each stage's HMC metric is estimated over all of them, so the moves barely "
-        "mix and the estimate can be far off with an SE that says nothing (robot-arm MLP with "
-        "one hidden unit, every default: −540.5 ± 4030 where −514.5 is right).")
-    warn(messages, text, stacklevel=4)
 
 
 def _round_settings(settings, density, mlp_layers) -> dict:
