@@ -31,7 +31,8 @@ class TemperingBar:
         self.bar = None
         self.round = 1
 
-    def new_round(self, number: int) -> None:
+    def new_round(self, number: int | str) -> None:
+        """Start the bar of round ``number`` (or of a round described by a string)."""
         self.close()
         self.round = number
 
@@ -39,8 +40,9 @@ class TemperingBar:
         if not self.enabled:
             return
         if self.bar is None:
+            label = f"round {self.round}" if isinstance(self.round, int) else self.round
             self.bar = progress_bar(
-                True, total=1.0, desc=f"Tempering (round {self.round})",
+                True, total=1.0, desc=f"Tempering ({label})",
                 bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}]")
         self.bar.update(lam - self.bar.n)
         log_z = float(np.mean([sum(s.log_ratio.mean() for s in stages)]))

@@ -229,7 +229,10 @@ class ThermodynamicResult(EvidenceResult):
     group_log_sd : float
         Standard deviation of the groups' log evidences.
     n_stages, n_groups : int
-        Rungs of the ladder after λ = 0; independent groups over all rounds.
+        Rungs of the ladder after λ = 0; independent groups whose estimates are pooled.
+    effort_particles, effort_log_evidence, effort_se : tuple
+        The effort check's levels (particles per group; each level's estimate and SE), the
+        first being the groups of ``n_particles``; empty when the check did not run.
     """
 
     method: ClassVar[str] = "thermodynamic"
@@ -241,6 +244,9 @@ class ThermodynamicResult(EvidenceResult):
     group_log_sd: float = np.nan
     n_stages: int = 0
     n_groups: int = 0
+    effort_particles: tuple = ()
+    effort_log_evidence: tuple = ()
+    effort_se: tuple = ()
 
 
 @dataclass(frozen=True, repr=False)  # keeps the summary as repr

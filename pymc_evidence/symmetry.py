@@ -26,7 +26,7 @@ from pymc_evidence._validation import integer
 
 __all__ = [
     "MLPLayer", "mlp_symmetry", "align_units", "alignment_map", "transform_units", "as_layers",
-    "detect_mlp_layers", "missing_layers_message",
+    "detect_mlp_layers", "missing_layers_message", "resolve_layers",
 ]
 
 #: g(-a) = -g(a): flipping a unit's incoming weights, bias and outgoing weights is a symmetry.
@@ -312,6 +312,41 @@ def detect_mlp_layers(model) -> list[MLPLayer]:
 
 #: Graph ops of a matrix product x @ W (PyTensor 2 and 3, before rewriting).
 _PRODUCTS = frozenset({"dot", "matmul"})
+
+
+def resolve_layers(mlp_layers, model, density) -> list[MLPLayer]:
+    """The layers an estimator aligns: ``mlp_layers`` as given (None: none), or for ``"auto"``
+    those :func:`detect_mlp_layers` recognises and :func:`is_symmetry` confirms."""
+    if isinstance(mlp_layers, str) and mlp_layers == "auto":
+        return [layer for layer in detect_mlp_layers(model) if is_symmetry(density, layer)]
+    return as_layers(mlp_layers, density)
+
+
+def is_symmetry(density, layer: MLPLayer, draws: int = 4) -> bool:
+    """Whether permuting ``layer``'s units (and flipping their signs, where its activation
+    allows) leaves the log prior and the log likelihood unchanged at prior draws.
+
+    A recognised layer's units are exchangeable only if their priors are: a unit-specific
+    prior scale, or a bias prior that is not symmetric about zero, breaks the symmetry, and
+    aligning particles to one copy would then change the distribution they represent. Two
+    transformations are checked, a cyclic shift with alternating signs and a swap of two units,
+    which between them generate every permutation. The draws come from a fixed stream so that
+    checking leaves the estimators' random numbers alone.
+    """
+    h = layer.hidden_units(dict(zip(density.names, density.shapes)))
+    if h < 2 and layer.sign_flips is None:
+        return False
+    X = density.prior_draws(np.random.default_rng(0), draws)
+    before = np.concatenate(density.log_densities(X))
+    signs = np.where(np.arange(h) % 2 == 0, -1.0, 1.0) if layer.sign_flips else None
+    swap = np.arange(h)
+    swap[:2] = swap[1::-1]
+    for permutation, flips in ((np.roll(np.arange(h), 1), signs), (swap, None)):
+        moved = np.stack([transform_units(density, layer, x, permutation, flips) for x in X])
+        after = np.concatenate(density.log_densities(moved))
+        if not np.allclose(before, after, rtol=1e-9, atol=1e-9):
+            return False
+    return True
 
 
 def missing_layers_message(layers: list[MLPLayer], consequence: str) -> str:

@@ -97,6 +97,24 @@ def test_run_missing_extra_groups_resumes_to_identical_result(model, tmp_path):
     assert resumed.diagnostics.equals(uninterrupted.diagnostics)
 
 
+def test_run_missing_an_effort_check_level_resumes_to_identical_result(model, tmp_path):
+    """The effort check's levels are saved as they finish; a run stopped before the last one
+    reruns it with the seed the uninterrupted run gave it."""
+    options = dict(OPTIONS, n_particles=32, max_groups=8, effort_check=True)
+    path = tmp_path / "run.ckpt"
+    uninterrupted = pm_evidence.thermodynamic(model, checkpoint=path, **options)
+    with open(path, "rb") as file:
+        saved = pickle.load(file)
+    assert len(saved["state"]["checks"]) == len(uninterrupted.effort_particles) - 1 >= 1
+    saved["state"]["checks"].pop()
+    with open(path, "wb") as file:
+        pickle.dump(saved, file)
+    resumed = pm_evidence.thermodynamic(model, checkpoint=path, **options)
+    assert resumed.effort_log_evidence == uninterrupted.effort_log_evidence
+    assert resumed.log_evidence == uninterrupted.log_evidence
+    assert resumed.diagnostics.equals(uninterrupted.diagnostics)
+
+
 def test_compare_checkpoint_skips_finished_models(tmp_path, monkeypatch):
     models = {
         "informative": testing.beta_binomial()[0],

@@ -14,7 +14,9 @@ import pymc_evidence as pm_evidence
 from pymc_evidence import _optimize
 from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceWarning
-from pymc_evidence.symmetry import MLPLayer, align_units, detect_mlp_layers, transform_units
+from pymc_evidence.symmetry import (
+    MLPLayer, align_units, detect_mlp_layers, resolve_layers, transform_units,
+)
 
 from _linear import N_OBS, N_SLOPES, NOISE_SD, PRIOR_SD, linear_regression  # tests/_linear.py
 
@@ -266,6 +268,27 @@ def test_no_layer_is_recognised_where_there_is_none(linear):
         b = pm.Normal("b", 0, 1, shape=3)
         pm.Bernoulli("y", p=pm.math.sigmoid(x[:, None] @ w + b), observed=labels)
     assert detect_mlp_layers(multilabel) == []
+
+
+def test_a_recognised_layer_is_used_only_if_its_units_are_exchangeable():
+    """What mlp_layers="auto" keeps: the layer of an MLP whose units' priors are exchangeable,
+    not one with unit-specific prior scales or a bias prior off zero (sign flips break it)."""
+    x = np.linspace(-1, 1, 20)[:, None]
+
+    def mlp(w_sd=1.0, b_mean=0.0):
+        with pm.Model() as model:
+            w = pm.Normal("w_in", 0, w_sd, shape=(1, 2))
+            b = pm.Normal("b_in", b_mean, 1, shape=2)
+            v = pm.Normal("w_out", 0, 1, shape=2)
+            pm.Normal("y", pm.math.tanh(x @ w + b) @ v, 0.1, observed=np.sin(3 * x[:, 0]))
+        return model, get_density(model)
+
+    for model, density in (mlp(np.array([[1.0, 3.0]])), mlp(b_mean=0.5)):
+        assert detect_mlp_layers(model) == [LAYER]
+        assert resolve_layers("auto", model, density) == []
+    model, density = mlp()
+    assert resolve_layers("auto", model, density) == [LAYER]
+    assert resolve_layers(None, model, density) == []
 
 
 # ------------------------------------------------------------------------- modes and saddles

@@ -211,10 +211,14 @@ def test_plot_nested_draws_every_run(regression):
         pm_evidence.plot_nested(pm_evidence.BICResult(log_evidence=-1.0, se=0.0))
 
 
-def test_an_mlp_without_mlp_layers_gets_the_argument_it_needs():
+def test_an_mlps_layers_are_recognised_and_used_unless_declined():
     model = testing.robot_arm_mlp(1)
-    with pytest.warns(EvidenceWarning, match=r"looks like a neural network .* 20 d .*"
-                      r"mlp_layers=MLPLayer\('z_w_in', bias='z_b_hidden', output='z_w_out'\)"):
-        res = pm_evidence.nested(model, max_steps=2, target_se=None, random_seed=0,
-                                 progressbar=False)
-    assert any("neural network" in message for message in res.warnings)
+    dim = 12
+    res = pm_evidence.nested(model, max_steps=2, target_se=None, random_seed=0,
+                             progressbar=False)
+    assert res.settings["mlp_layers"] == [vars(testing.ROBOT_ARM_LAYER)]
+    assert res.settings["num_inner_steps"] == 20 * dim
+    declined = pm_evidence.nested(model, max_steps=2, target_se=None, random_seed=0,
+                                  progressbar=False, mlp_layers=None)
+    assert declined.settings["mlp_layers"] is None
+    assert declined.settings["num_inner_steps"] == 5 * dim

@@ -299,11 +299,46 @@ def test_integration_keeps_resolved_integrands_and_rejects_unresolved_ones():
     assert np.isnan(unresolved.log_evidence)
 
 
-def test_an_mlp_without_mlp_layers_gets_the_argument_it_needs():
+def test_an_mlps_layers_are_recognised_and_used_unless_declined():
     model = testing.robot_arm_mlp(1)
-    with pytest.warns(pm_evidence.EvidenceWarning, match=r"looks like a neural network .*"
-                      r"mlp_layers=MLPLayer\('z_w_in', bias='z_b_hidden', output='z_w_out'\)"):
-        res = pm_evidence.thermodynamic(model, ladder=[0.0, 1.0], n_particles=16, n_groups=2,
-                                        max_groups=2, target_se=None, random_seed=0,
-                                        progressbar=False)
-    assert any("neural network" in message for message in res.warnings)
+    options = dict(ladder=[0.0, 1.0], n_particles=16, n_groups=2, max_groups=2, target_se=None,
+                   random_seed=0, progressbar=False)
+    res = pm_evidence.thermodynamic(model, **options)
+    assert res.settings["mlp_layers"] == [vars(testing.ROBOT_ARM_LAYER)]
+    assert res.effort_particles == ()  # max_groups = n_groups leaves no budget to double
+    declined = pm_evidence.thermodynamic(model, mlp_layers=None, **options)
+    assert declined.settings["mlp_layers"] is None
+
+
+def test_the_effort_check_pools_two_levels_that_agree():
+    model, exact = testing.gaussian_mixture_potential(dim=2)
+    res = pm_evidence.thermodynamic(model, n_particles=64, effort_check=True, random_seed=3,
+                                    progressbar=False)
+    assert res.effort_particles == (64, 128)
+    first, doubled = res.effort_log_evidence
+    assert abs(doubled - first) <= 2 * np.hypot(*res.effort_se)
+    assert abs(res.log_evidence - exact) < 3 * res.se
+    assert res.posterior["theta"].shape[1] == 128  # draws from the doubled groups
+    assert not any("doubled" in message for message in res.warnings)
+    unchecked = pm_evidence.thermodynamic(model, n_particles=64, random_seed=3, progressbar=False)
+    assert unchecked.effort_particles == ()  # "auto": one mode-free posterior, groups agree
+
+
+def test_an_effort_check_that_moves_warns_and_its_se_covers_the_last_move():
+    from pymc_evidence.estimators._stepping_stone import Estimate
+    from pymc_evidence.estimators.thermodynamic import EffortCheck, _warn_on_effort
+
+    def level(log_z, se):
+        return Estimate(log_z, se, se, se, np.array([log_z]))
+
+    settled = EffortCheck([], [(64, level(-10.0, 0.1)), (128, level(-9.0, 0.1)),
+                               (256, level(-9.05, 0.1))], None)
+    messages = []
+    assert _warn_on_effort(messages, settled, 0.08) == 0.08
+    assert "-10.00 ± 0.10 with 64, -9.00 ± 0.10 with 128" in messages[0]
+    assert "n_particles=128 next time" in messages[0]
+    unsettled = EffortCheck([], [(64, level(-10.0, 0.1)), (128, level(-9.0, 0.1))], 1.0)
+    messages = []
+    assert _warn_on_effort(messages, unsettled, 0.1) == 1.0
+    assert "it may still be low" in messages[0]
+    assert _warn_on_effort([], EffortCheck([], [(64, level(-10.0, 0.1))] * 2, None), 0.1) == 0.1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -35,18 +36,9 @@ from pymc_evidence.estimators._stepping_stone import (
 from pymc_evidence.estimators._tempering import Round, final_draws, power_ladder, run_round
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
 from pymc_evidence.results import ThermodynamicResult, warn
-from pymc_evidence.symmetry import as_layers, detect_mlp_layers, missing_layers_message
+from pymc_evidence.symmetry import resolve_layers
 
 __all__ = ["thermodynamic", "power_ladder"]
-
-
-#: What goes wrong on an MLP without mlp_layers (the warning that suggests them).
-_NO_LAYERS = (
-    "its posterior holds 2^h·h! symmetric copies of every mode, and without "
-    "mlp_layers each stage's HMC metric is estimated over all of them, so the moves barely "
-    "mix and the estimate can be far off with an SE that says nothing (robot-arm MLP with "
-    "one hidden unit, every default: −540.5 ± 4030 where −514.5 is right)."
-)
 
 
 def _validate_arguments(n_particles, n_groups, target_se, max_groups, ladder, target_cess,
@@ -96,7 +88,8 @@ def thermodynamic(
     decorrelation: float = 0.05,
     max_transitions: int = 20,
     mass_matrix: str = "auto",
-    mlp_layers=None,
+    mlp_layers="auto",
+    effort_check="auto",
     checkpoint=None,
     backend: str = "c",
     cores: int | None = None,
@@ -142,13 +135,30 @@ def thermodynamic(
         Inverse mass matrix estimated from the weighted population at each rung: the dense
         covariance (handles correlated posteriors) or its diagonal. "auto" is dense up to
         ``DENSE_METRIC_MAX_DIM`` (400) parameters.
-    mlp_layers : MLPLayer or list of MLPLayer, optional
+    mlp_layers : "auto", MLPLayer, list of MLPLayer or None, default "auto"
         The model's MLP hidden layers (see :class:`~pymc_evidence.MLPLayer`). Before each rung's
         moves every particle is mapped to its copy, under the layers' sign-flip and permutation
         symmetries, nearest the heaviest particle: the density is unchanged, but the mass
         matrix then fits one copy of the modes rather than all of them (on the robot-arm MLP
         with h = 4 the step size doubles and the groups' estimates, 90 nats apart without it,
-        come within 11 nats). Recommended for every MLP.
+        come within 11 nats; with h = 1 and no other setting changed, −540.5 ± 4030 without
+        it where −514.5 is right). ``"auto"``: the layers recognised in the model's graph (an activation
+        of ``x @ W + b`` whose outputs go on through ``@ V``) whose units permuting and
+        sign-flipping leaves the model's density unchanged at prior draws; the ones used are in
+        ``settings["mlp_layers"]``. Pass them explicitly for a layer the graph does not show
+        (e.g. output weights integrated out), None for no alignment.
+    effort_check : {"auto", True, False}, default "auto"
+        After the groups above, run ``n_groups`` groups with twice the particles on the same
+        ladder and compare: too few particles to hold a multimodal posterior's modes bias the
+        estimate low by more than its SE says, and doubling them moves it up. While the
+        estimate moves (up by more than 2, or down by more than 3, combined SE), the particles
+        are doubled again, within the budget ``n_groups × particles ≤ max_groups × n_particles``
+        (three doublings at the defaults). Once two levels agree their groups are pooled; if the
+        budget ends first, the last level is reported, its SE at least the last move, with a
+        warning. ``"auto"`` checks when the posterior shows signs of separated modes: an MLP
+        (``mlp_layers`` given or recognised in the model's graph) or groups that disagree
+        beyond their within-group errors. The levels are in ``effort_particles``,
+        ``effort_log_evidence`` and ``effort_se``.
     checkpoint : str or path, optional
         File where every finished stage is saved (atomically, with the random generator's
         state). If it exists, the run resumes after its last finished stage and returns exactly
@@ -228,6 +238,7 @@ def thermodynamic(
         n_particles, n_groups, target_se, max_groups, ladder, target_cess, resample_threshold,
         max_transitions, decorrelation, mass_matrix, cores,
     )
+    choice("effort_check", effort_check, ("auto", True, False))
     model = resolve_model(model)
     settings = dict(
         target_se=target_se, n_particles=int(n_particles), n_groups=int(n_groups),
@@ -236,42 +247,46 @@ def thermodynamic(
         trajectory_length=trajectory_length, max_leapfrog=max_leapfrog, decorrelation=decorrelation,
         max_transitions=max_transitions, mass_matrix=mass_matrix, backend=backend,
         ladder=None if ladder is None else ladder.tolist(),
-        mlp_layers=None,
+        mlp_layers=None, effort_check=effort_check,
     )
     rng = as_generator(random_seed)
     start = time.perf_counter()
     density = get_density(model, backend=backend)
     compiled = time.perf_counter()
-    round_settings = _round_settings(settings, density, mlp_layers)
-    settings["mlp_layers"] = [vars(layer) for layer in round_settings["layers"]] or None
+    layers = resolve_layers(mlp_layers, model, density)
+    round_settings = _round_settings(settings, density, layers)
+    settings["mlp_layers"] = [vars(layer) for layer in layers] or None
     messages: list[str] = []
-    if mlp_layers is None and (found := detect_mlp_layers(model)):
-        warn(messages, missing_layers_message(found, _NO_LAYERS), stacklevel=3)
 
     store = StateFile(checkpoint, run_key(settings, density, random_seed))
-    rounds = _resume(store, rng)
+    rounds, checks = _resume(store, rng)
     bar = TemperingBar(progressbar)
     with one_blas_thread():
         _first_round(rng, store, rounds, density, n_groups, n_particles, ladder, round_settings,
                      bar)
         first_seconds = time.perf_counter() - compiled
         ladder = np.array([0.0] + [s.lam for s in rounds[0].stages])
-        groups = _extra_groups(
+        after_first = copy.deepcopy(rng.bit_generator.state)
+        _extra_groups(
             rng, store, rounds, model, density, backend, ladder, round_settings, settings, cores,
             first_seconds, bar,
         )
+        effort = EffortCheck(rounds, [], None)
+        if _check_wanted(effort_check, layers, rounds):
+            effort = _effort_check(rng, store, rounds, checks, after_first, density, ladder,
+                                   round_settings, settings, bar)
     bar.close()
     sampled = time.perf_counter()
 
     # A resumed run's cost includes the sampling its checkpoint records from earlier sessions.
     timing = {"compile": compiled - start, "sampling": store.earlier + sampled - compiled,
               "earlier_sessions": store.earlier}
-    return _result(rng, model, density, rounds, ladder, groups, settings, timing, start,
+    return _result(rng, model, density, rounds, effort, ladder, settings, timing, start,
                    store.earlier, messages)
 
 
 
-def _round_settings(settings, density, mlp_layers) -> dict:
+def _round_settings(settings, density, layers) -> dict:
     """What every round needs beyond the ladder: the adaptive-ladder and resampling targets,
     the HMC kernel's settings, the MLP layers to align, and the metric's kind."""
     mass_matrix = settings["mass_matrix"]
@@ -281,23 +296,25 @@ def _round_settings(settings, density, mlp_layers) -> dict:
         kernel={name: settings[name] for name in (
             "target_accept", "trajectory_length", "max_leapfrog", "decorrelation",
             "max_transitions")},
-        layers=as_layers(mlp_layers, density),
+        layers=layers,
         dense_mass=mass_matrix == "dense" or (
             mass_matrix == "auto" and density.dim <= DENSE_METRIC_MAX_DIM),
     )
 
 
-def _resume(store: StateFile, rng) -> list:
-    """The rounds a checkpoint holds (the random generator set to where they left it), or []."""
+def _resume(store: StateFile, rng) -> tuple[list, list]:
+    """The rounds and effort-check levels a checkpoint holds (the random generator set to
+    where they left it), or two empty lists."""
     saved = store.load()
     if saved is None:
-        return []
+        return [], []
     rng.bit_generator.state = saved["rng"]
-    return saved["rounds"]
+    return saved["rounds"], saved.get("checks", [])
 
 
-def _save(store: StateFile, rng, rounds) -> None:
-    store.save({"rng": rng.bit_generator.state, "rounds": rounds})
+def _save(store: StateFile, rng, rounds, checks=(), rng_state=None) -> None:
+    state = rng.bit_generator.state if rng_state is None else rng_state
+    store.save({"rng": state, "rounds": rounds, "checks": list(checks)})
 
 
 def _first_round(rng, store, rounds, density, n_groups, n_particles, ladder, round_settings,
@@ -318,13 +335,13 @@ def _first_round(rng, store, rounds, density, n_groups, n_particles, ladder, rou
 
 
 def _extra_groups(rng, store, rounds, model, density, backend, ladder, round_settings, settings,
-                  cores, first_seconds, bar) -> int:
+                  cores, first_seconds, bar) -> None:
     """Run more groups on the first round's ladder until the SE reaches ``target_se`` (at most
-    ``max_groups``); ``rounds[1:]`` holds them afterwards. Returns the number of groups."""
+    ``max_groups``); ``rounds[1:]`` holds them afterwards."""
     n_groups, target_se = settings["n_groups"], settings["target_se"]
     estimate = stepping_stone(*round_increments(rounds[:1]))
     if target_se is None or estimate.se <= target_se or n_groups >= settings["max_groups"]:
-        return n_groups
+        return
     wanted = int(np.ceil(n_groups * (estimate.se / target_se) ** 2 * 1.1))
     extra = min(wanted, settings["max_groups"]) - n_groups
     chunk_args = dict(n_particles=settings["n_particles"], ladder=ladder,
@@ -333,23 +350,100 @@ def _extra_groups(rng, store, rounds, model, density, backend, ladder, round_set
         rng, store, rounds, model, density, backend, _chunk_sizes(extra, n_groups),
         chunk_args, cores, first_seconds * extra / n_groups, bar,
     )
-    return n_groups + extra
 
 
-def _result(rng, model, density, rounds, ladder, groups, settings, timing, start, earlier,
+class EffortCheck(NamedTuple):
+    """What the effort check leaves: the rounds to pool (all of equal particles, or two
+    levels that agree), each level's (particles, estimate), and the last move when the
+    budget ended before two levels agreed (else None)."""
+
+    rounds: list
+    levels: list
+    unsettled: float | None
+
+
+def _check_wanted(effort_check, layers, rounds) -> bool:
+    """Whether to run the effort check: as asked, or ("auto") on signs of separated modes."""
+    if effort_check != "auto":
+        return bool(effort_check)
+    return bool(layers) or _groups_disagree(stepping_stone(*round_increments(rounds)),
+                                            round_increments(rounds)[1])
+
+
+def _groups_disagree(ss, log_ratio_var) -> bool:
+    """The groups' log evidences spread beyond their within-group errors (chi-square at the
+    0.001 level, and a between-group SE over twice the within-group one).
+
+    The within-group error ignores the correlation that resampling creates, so it runs low by a
+    modest factor even on unimodal posteriors; separated modes make the spread far larger.
+    """
+    G = ss.per_group.size
+    within_var = log_ratio_var.sum(axis=1)
+    spread = np.sum((ss.per_group - np.mean(ss.per_group)) ** 2 / np.maximum(within_var, 1e-300))
+    return bool(G > 1 and chi2.sf(spread, G - 1) < 1e-3 and ss.se_between > 2 * ss.se_within)
+
+
+#: An estimate that moves by more than this many combined SE when the particles double has
+#: not settled: upwards (too few particles miss modes' mass, the bias this check is for) or,
+#: less plausibly and so with a wider band, downwards.
+_MOVE_UP, _MOVE_DOWN = 2.0, 3.0
+
+
+def _effort_check(rng, store, rounds, checks, after_first, density, ladder, round_settings,
+                  settings, bar) -> EffortCheck:
+    """Double the particles per group (``n_groups`` groups each time, the first round's
+    ladder and tuning) until two levels' estimates agree or the budget ends.
+
+    ``checks`` holds the levels a checkpoint kept; each level is saved when finished, with the
+    generator state ``after_first`` from which a resumed run redraws the same seeds.
+    """
+    n_groups, n_particles = settings["n_groups"], settings["n_particles"]
+    budget = int(np.floor(np.log2(settings["max_groups"] / n_groups)))
+    if budget < 1:
+        return EffortCheck(rounds, [], None)
+    tuning = [s.move for s in rounds[0].stages]
+    previous_rounds = list(rounds)
+    previous = stepping_stone(*round_increments(previous_rounds))
+    levels = [(n_particles, previous)]
+    move = None
+    for k in range(1, budget + 1):
+        seed = rng.integers(2**63)
+        particles = n_particles * 2**k
+        if k > len(checks):
+            bar.new_round(f"effort check, {particles} particles")
+            checks.append(run_round(np.random.default_rng(seed), density, n_groups, particles,
+                                    ladder, tuning, round_settings, bar.update))
+            _save(store, rng, rounds, checks, rng_state=after_first)
+        level = [checks[k - 1]]
+        current = stepping_stone(*round_increments(level))
+        levels.append((particles, current))
+        move = current.log_evidence - previous.log_evidence
+        combined = float(np.hypot(current.se, previous.se))
+        if -_MOVE_DOWN * combined <= move <= _MOVE_UP * combined:
+            return EffortCheck(previous_rounds + level, levels, None)
+        previous_rounds, previous = level, current
+    return EffortCheck(previous_rounds, levels, move)
+
+
+def _result(rng, model, density, rounds, effort, ladder, settings, timing, start, earlier,
             messages: list):
     """The stepping-stone estimate with its cross-checks, warnings (after ``messages``, those
     found before sampling) and draws, as a result."""
-    n_particles = settings["n_particles"]
-    log_ratio, log_ratio_var = round_increments(rounds)
+    pooled = effort.rounds
+    log_ratio, log_ratio_var = round_increments(pooled)
     ss = stepping_stone(log_ratio, log_ratio_var)
-    ti = round_integration(rounds, ladder, n_particles)
-    _warn_on_soft_problems(messages, ss, ti, log_ratio_var, rounds, settings["target_se"], n_particles)
-    posterior, sample_stats = final_draws(rng, density, rounds, n_particles)
+    smallest = min(r.final_log_weights.shape[1] for r in pooled)
+    ti = round_integration(pooled, ladder, smallest)
+    _warn_on_soft_problems(messages, ss, ti, log_ratio_var, pooled, settings["target_se"],
+                           pooled[0].final_log_weights.shape[1])
+    se = _warn_on_effort(messages, effort, ss.se)
+    last = [r for r in pooled if r.final_log_weights.shape[1] == pooled[-1].final_log_weights.shape[1]]
+    posterior, sample_stats = final_draws(rng, density, last, last[0].final_log_weights.shape[1])
     timing["total"] = time.perf_counter() - start + earlier
+    groups = ss.per_group.size
     return ThermodynamicResult(
         log_evidence=ss.log_evidence,
-        se=ss.se,
+        se=se,
         model_name=model.name,
         diagnostics=_diagnostics(rounds, log_ratio, log_ratio_var),
         posterior=posterior,
@@ -363,6 +457,9 @@ def _result(rng, model, density, rounds, ladder, groups, settings, timing, start
         if groups > 1 else np.nan,
         n_stages=len(ladder) - 1,
         n_groups=groups,
+        effort_particles=tuple(particles for particles, _ in effort.levels),
+        effort_log_evidence=tuple(float(e.log_evidence) for _, e in effort.levels),
+        effort_se=tuple(float(e.se) for _, e in effort.levels),
         settings=settings,
         timing=timing,
         warnings=messages,
@@ -481,6 +578,36 @@ def _diagnostics(rounds: list, log_ratio, log_ratio_var) -> pd.DataFrame:
     return frame
 
 
+def _levels_text(levels) -> str:
+    return ", ".join(f"{e.log_evidence:.2f} ± {e.se:.2f} with {p}" for p, e in levels)
+
+
+def _warn_on_effort(messages, effort: EffortCheck, se: float) -> float:
+    """Warn when doubling the particles moved the estimate; returns the SE to report (at
+    least the last move when the check did not settle)."""
+    levels = effort.levels
+    if effort.unsettled is not None:
+        warn(
+            messages,
+            f"the estimate kept moving as the particles per group doubled ({_levels_text(levels)} "
+            "particles per group) and the budget (n_groups × particles ≤ max_groups × "
+            "n_particles) ended before two levels agreed: the groups are too small to hold the "
+            "posterior's modes in proportion. The estimate is the last level's and its SE is at "
+            f"least the last move ({effort.unsettled:+.2f} nats); it may still be low. Raise "
+            "n_particles (and max_groups); on an MLP pass mlp_layers.",
+        )
+        return max(se, abs(effort.unsettled))
+    if len(levels) > 2:
+        warn(
+            messages,
+            f"the estimate moved as the particles per group doubled ({_levels_text(levels)} "
+            f"particles per group): with {levels[0][0]} particles per group it was off by more "
+            "than its SE said. The estimate pools the last two levels, which agree; start from "
+            f"n_particles={levels[-2][0]} next time.",
+        )
+    return se
+
+
 def _warn_on_soft_problems(messages, ss, ti, log_ratio_var, rounds, target_se, n_particles) -> None:
     """Turn soft problems into warnings on the result."""
     G = ss.per_group.size
@@ -503,11 +630,7 @@ def _warn_on_soft_problems(messages, ss, ti, log_ratio_var, rounds, target_se, n
             f"{ess:.1f} of {n_particles} particles at stage {k} (λ = {lam:.4g}): that stage's "
             "ratio is unreliable; add rungs there (a finer ladder, or the adaptive one).",
         )
-    within_var = log_ratio_var.sum(axis=1)
-    spread = np.sum((ss.per_group - np.mean(ss.per_group)) ** 2 / np.maximum(within_var, 1e-300))
-    # The within-group error ignores the correlation that resampling creates, so it runs low by
-    # a modest factor even on unimodal posteriors; separated modes make the spread far larger.
-    if G > 1 and chi2.sf(spread, G - 1) < 1e-3 and ss.se_between > 2 * ss.se_within:
+    if _groups_disagree(ss, log_ratio_var):
         warn(
             messages,
             f"independent groups disagree beyond their within-group errors (group estimates "

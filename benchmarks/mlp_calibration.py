@@ -1,0 +1,218 @@
+"""Are thermodynamic chaining's error bars honest on Bayesian MLPs, at the defaults a user gets?
+
+For each MLP, ``pm_evidence.thermodynamic(model, random_seed=s)`` with every default (the
+layers recognised in the graph, the effort check where it applies) over several seeds, against
+a reference that does not share chaining's failure modes at these settings:
+
+* chaining with 8 times the particles of the default first round (4 groups of 2048), the MLP's
+  layers given, the effort check off (two seeds), and
+* nested sampling (``pm_evidence.nested``, its defaults, the layers given; four runs),
+
+combined by inverse variance when they agree. Every default run's error is reported in units
+of its own SE (the reference's SE added in quadrature), and the defaults with twice the
+particles (``n_particles=512``, same seeds) show whether the estimate still moves with effort.
+
+Models: Liang's example-1 MLP (``liang_mlp(H, *liang_data(seed=1))``, output weights
+integrated out, H = 1…4) and the robot-arm MLP (``robot_arm_mlp(h)``, Neal-style gamma
+hyperpriors, h = 1…4).
+
+Written: ``benchmarks/results/mlp_calibration.csv`` (one row per run) and ``.md``.
+
+Usage::
+
+    python benchmarks/mlp_calibration.py                          # hours on 2 cores
+    python benchmarks/mlp_calibration.py --cases "Liang" --roles defaults doubled
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import pymc_evidence as pm_evidence
+from pymc_evidence import MLPLayer
+from pymc_evidence.testing import ROBOT_ARM_LAYER, liang_data, liang_mlp, robot_arm_mlp
+
+ROOT = Path(__file__).resolve().parents[1]
+CSV = ROOT / "benchmarks" / "results" / "mlp_calibration.csv"
+MARKDOWN = CSV.with_suffix(".md")
+LIANG_LAYER = MLPLayer("z_in", bias="z_bias")
+CASES = {
+    **{f"Liang H={h}": (lambda h=h: liang_mlp(h, *liang_data(seed=1)), LIANG_LAYER)
+       for h in (1, 2, 3, 4)},
+    **{f"robot arm h={h}": (lambda h=h: robot_arm_mlp(h), ROBOT_ARM_LAYER) for h in (1, 2, 3, 4)},
+}
+ROLES = ("defaults", "doubled", "chaining 8x", "nested")
+
+
+def run_role(role: str, model, layer, seeds: int) -> list[dict]:
+    """One row per fit (per nested run): log Z, SE, seconds, effort-check levels, warnings."""
+    rows = []
+    if role == "nested":
+        begun = time.perf_counter()
+        result = pm_evidence.nested(model, mlp_layers=layer, n_runs=4, max_runs=4,
+                                    target_se=None, random_seed=200, progressbar=False, cores=1)
+        seconds = (time.perf_counter() - begun) / result.n_runs
+        for run, (log_z, se) in enumerate(zip(result.run_log_evidence, result.run_se)):
+            rows.append({"seed": run, "log_z": log_z, "se": se, "seconds": seconds,
+                         "effort": "", "warnings": " | ".join(result.warnings)})
+        return rows
+    options = {
+        "defaults": dict(),
+        "doubled": dict(n_particles=512),
+        "chaining 8x": dict(n_particles=2048, mlp_layers=layer, effort_check=False,
+                            target_se=None),
+    }[role]
+    for seed in range(1, (2 if role == "chaining 8x" else seeds) + 1):
+        begun = time.perf_counter()
+        result = pm_evidence.thermodynamic(model, random_seed=seed, progressbar=False, cores=1,
+                                           **options)
+        effort = " ".join(f"{p}:{z:.2f}±{s:.2f}" for p, z, s in zip(
+            result.effort_particles, result.effort_log_evidence, result.effort_se))
+        rows.append({"seed": seed, "log_z": result.log_evidence, "se": result.se,
+                     "seconds": time.perf_counter() - begun, "effort": effort,
+                     "warnings": " | ".join(result.warnings)})
+    return rows
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", nargs="+", default=None, metavar="TEXT",
+                        help="run only the models whose name contains one of these")
+    parser.add_argument("--roles", nargs="+", default=list(ROLES), choices=ROLES)
+    parser.add_argument("--seeds", type=int, default=5, help="default fits per model")
+    parser.add_argument("--csv", type=Path, default=CSV,
+                        help="where to merge the rows (a second process running at the same "
+                        "time needs its own file; merge them with --merge)")
+    parser.add_argument("--merge", nargs="*", type=Path, default=[],
+                        help="CSV files of other processes to merge into --csv before the "
+                        "summary is written")
+    args = parser.parse_args(argv)
+    rows = []
+    for name, (build, layer) in CASES.items():
+        if args.cases and not any(text in name for text in args.cases):
+            continue
+        model = build()
+        dim = pm_evidence.get_density(model).dim
+        for role in args.roles:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
+                for row in run_role(role, model, layer, args.seeds):
+                    rows.append({"case": name, "dim": dim, "role": role, **row})
+                    print(f"{name}: {role}, {row['seed']}: {row['log_z']:.2f} ± {row['se']:.2f} "
+                          f"({row['seconds']:.0f} s) {row['effort']}", flush=True)
+            table = _merged(args.csv, pd.DataFrame(rows))
+            table.to_csv(args.csv, index=False)
+    table = _merged(args.csv, pd.DataFrame(columns=["case", "role"]))
+    for other in args.merge:
+        table = _merged_frames(table, pd.read_csv(other))
+    table.to_csv(args.csv, index=False)
+    if args.csv == CSV:
+        MARKDOWN.write_text(summarise(table, " ".join(
+            ["python benchmarks/mlp_calibration.py", *argv])))
+        print(MARKDOWN.read_text())
+    return 0
+
+
+def _merged(path: Path, new: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``path`` (if it exists) with those of ``new`` replacing the same
+    (case, role)."""
+    return _merged_frames(pd.read_csv(path) if path.exists() else new.iloc[:0], new)
+
+
+def _merged_frames(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    keys = ["case", "role"]
+    keep = ~old.set_index(keys).index.isin(new.set_index(keys).index)
+    table = pd.concat([old[keep], new], ignore_index=True)
+    order = {name: i for i, name in enumerate(CASES)}
+    rank = [order[c] * len(ROLES) + ROLES.index(r) for c, r in zip(table["case"], table["role"])]
+    return table.iloc[np.argsort(rank, kind="stable")].reset_index(drop=True)
+
+
+def pooled(runs: pd.DataFrame) -> tuple[float, float]:
+    """Mean log Z of independent fits and its SE: the larger of their own errors combined
+    and their spread."""
+    count = len(runs)
+    sd = runs["log_z"].std(ddof=1) if count > 1 else 0.0
+    return runs["log_z"].mean(), max(sd / np.sqrt(count),
+                                     float(np.sqrt(np.sum(runs["se"] ** 2))) / count)
+
+
+def reference(rows: pd.DataFrame):
+    """(log Z, SE, note): chaining 8x and nested combined by inverse variance, or the one
+    that exists; the note gives their difference in combined SE."""
+    parts = {role: pooled(rows[rows["role"] == role])
+             for role in ("chaining 8x", "nested") if (rows["role"] == role).any()}
+    if not parts:
+        return np.nan, np.nan, "no reference"
+    if len(parts) == 1:
+        (role, (value, se)), = parts.items()
+        return value, se, f"{role} only"
+    (c, c_se), (n, n_se) = parts["chaining 8x"], parts["nested"]
+    weights = np.array([c_se, n_se]) ** -2.0
+    value = float(np.dot(weights, [c, n]) / weights.sum())
+    return value, float(weights.sum() ** -0.5), f"Δ {(n - c) / np.hypot(c_se, n_se):+.1f} SE"
+
+
+def summarise(table: pd.DataFrame, command: str) -> str:
+    import pymc as pm
+
+    lines = [
+        "# Chaining's error bars on Bayesian MLPs, at the defaults",
+        "",
+        f"Written by `{command}` on {datetime.date.today()} (Python "
+        f"{platform.python_version()}, PyMC {pm.__version__}, {os.cpu_count()} cores); rows "
+        "of models and roles not rerun are kept from earlier invocations.",
+        "",
+        "Defaults: `thermodynamic(model, random_seed=s)` (s = 1…5), every other argument at "
+        "its default. Reference: chaining with 4 groups of 2048 particles and the layers given "
+        "(two seeds), and nested sampling at its defaults with the layers given (four runs), "
+        "each pooled (mean log Z; SE the larger of the fits' own errors combined and their "
+        "spread) and combined by inverse variance; 'agree' is nested minus chaining in their "
+        "combined SE. z: a default fit's error against the reference in units of its own SE "
+        "and the reference's in quadrature. Doubled: the same seeds with `n_particles=512`; "
+        "'moved' is the doubled fits' mean minus the defaults' in their combined SE. Seconds: "
+        "mean per default fit, one core.",
+        "",
+        "| model | d | reference | agree | defaults: mean log Z | median SE | mean \\|z\\| "
+        "| max \\|z\\| | within 2 SE | effort checks (moved) | doubled: moved | s per fit |",
+        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for name, rows in table.groupby("case", sort=False):
+        ref, ref_se, note = reference(rows)
+        fits = rows[rows["role"] == "defaults"]
+        if fits.empty:
+            continue
+        z = (fits["log_z"] - ref) / np.hypot(fits["se"], ref_se)
+        levels = fits["effort"].fillna("").str.split()
+        checked = int((levels.str.len() > 1).sum())
+        moved = int((levels.str.len() > 2).sum())
+        doubled = rows[rows["role"] == "doubled"]
+        if doubled.empty:
+            doubling = ""
+        else:
+            (a, a_se), (b, b_se) = pooled(fits), pooled(doubled)
+            doubling = f"{(b - a) / np.hypot(a_se, b_se):+.1f}"
+        mean, _ = pooled(fits)
+        lines.append(
+            f"| {name} | {rows['dim'].iloc[0]} | {ref:.2f} ± {ref_se:.2f} | {note} | "
+            f"{mean:.2f} | {fits['se'].median():.2f} | {np.abs(z).mean():.2f} | "
+            f"{np.abs(z).max():.2f} | {int((np.abs(z) <= 2).sum())}/{len(z)} | "
+            f"{checked}/{len(fits)} ({moved}) | {doubling} | {fits['seconds'].mean():.0f} |")
+    lines += ["", "Each fit's log Z, SE, effort-check levels and warnings: "
+              "`mlp_calibration.csv`.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
