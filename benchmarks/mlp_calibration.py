@@ -54,18 +54,18 @@ CASES = {
 ROLES = ("defaults", "doubled", "chaining 8x", "nested")
 
 
-def run_role(role: str, model, layer, seeds: int) -> list[dict]:
-    """One row per fit (per nested run): log Z, SE, seconds, effort-check levels, warnings."""
-    rows = []
+def run_role(role: str, model, layer, seeds: int):
+    """Yield one row per fit (per nested run) as it finishes: log Z, SE, seconds, effort-check
+    levels, warnings."""
     if role == "nested":
         begun = time.perf_counter()
         result = pm_evidence.nested(model, mlp_layers=layer, n_runs=4, max_runs=4,
                                     target_se=None, random_seed=200, progressbar=False, cores=1)
         seconds = (time.perf_counter() - begun) / result.n_runs
         for run, (log_z, se) in enumerate(zip(result.run_log_evidence, result.run_se)):
-            rows.append({"seed": run, "log_z": log_z, "se": se, "seconds": seconds,
-                         "effort": "", "warnings": " | ".join(result.warnings)})
-        return rows
+            yield {"seed": run, "log_z": log_z, "se": se, "seconds": seconds,
+                   "effort": "", "warnings": " | ".join(result.warnings)}
+        return
     options = {
         "defaults": dict(),
         "doubled": dict(n_particles=512),
@@ -78,10 +78,9 @@ def run_role(role: str, model, layer, seeds: int) -> list[dict]:
                                            **options)
         effort = " ".join(f"{p}:{z:.2f}±{s:.2f}" for p, z, s in zip(
             result.effort_particles, result.effort_log_evidence, result.effort_se))
-        rows.append({"seed": seed, "log_z": result.log_evidence, "se": result.se,
-                     "seconds": time.perf_counter() - begun, "effort": effort,
-                     "warnings": " | ".join(result.warnings)})
-    return rows
+        yield {"seed": seed, "log_z": result.log_evidence, "se": result.se,
+               "seconds": time.perf_counter() - begun, "effort": effort,
+               "warnings": " | ".join(result.warnings)}
 
 
 def main(argv=None) -> int:
@@ -111,8 +110,7 @@ def main(argv=None) -> int:
                     rows.append({"case": name, "dim": dim, "role": role, **row})
                     print(f"{name}: {role}, {row['seed']}: {row['log_z']:.2f} ± {row['se']:.2f} "
                           f"({row['seconds']:.0f} s) {row['effort']}", flush=True)
-            table = _merged(args.csv, pd.DataFrame(rows))
-            table.to_csv(args.csv, index=False)
+                    _merged(args.csv, pd.DataFrame(rows)).to_csv(args.csv, index=False)
     table = _merged(args.csv, pd.DataFrame(columns=["case", "role"]))
     for other in args.merge:
         table = _merged_frames(table, pd.read_csv(other))
@@ -204,14 +202,20 @@ def summarise(table: pd.DataFrame, command: str) -> str:
             (a, a_se), (b, b_se) = pooled(fits), pooled(doubled)
             doubling = f"{(b - a) / np.hypot(a_se, b_se):+.1f}"
         mean, _ = pooled(fits)
+        calibration = (f"{ref:.2f} ± {ref_se:.2f} | {note} | {mean:.2f} | "
+                       f"{fits['se'].median():.2f} | {np.abs(z).mean():.2f} | "
+                       f"{np.abs(z).max():.2f} | {int((np.abs(z) <= 2).sum())}/{len(z)}")
+        if np.isnan(ref):
+            calibration = f" | {note} | {mean:.2f} | {fits['se'].median():.2f} |  |  | "
         lines.append(
-            f"| {name} | {rows['dim'].iloc[0]} | {ref:.2f} ± {ref_se:.2f} | {note} | "
-            f"{mean:.2f} | {fits['se'].median():.2f} | {np.abs(z).mean():.2f} | "
-            f"{np.abs(z).max():.2f} | {int((np.abs(z) <= 2).sum())}/{len(z)} | "
+            f"| {name} | {int(rows['dim'].iloc[0])} | {calibration} | "
             f"{checked}/{len(fits)} ({moved}) | {doubling} | {fits['seconds'].mean():.0f} |")
     lines += ["", "Each fit's log Z, SE, effort-check levels and warnings: "
               "`mlp_calibration.csv`.", ""]
-    return "\n".join(lines)
+    earlier = MARKDOWN.read_text() if MARKDOWN.exists() else ""
+    notes = (earlier[earlier.index("## Notes"):] if "## Notes" in earlier
+             else "## Notes\n\n(to be written by hand after the run)\n")
+    return "\n".join(lines) + "\n" + notes
 
 
 if __name__ == "__main__":
