@@ -194,8 +194,8 @@ def thermodynamic(
     EvidenceWarning
         When independent groups disagree beyond their within-group errors (a sign of modes the
         populations do not cross between), when stepping-stone and thermodynamic integration
-        disagree beyond their errors, on divergent trajectories, or when ``target_se`` was not
-        reached.
+        disagree beyond their errors, on divergent trajectories, when ``target_se`` was not
+        reached, or when the effort check saw the estimate move as the particles doubled.
 
     Notes
     -----
