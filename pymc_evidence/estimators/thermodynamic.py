@@ -142,11 +142,11 @@ def thermodynamic(
         matrix then fits one copy of the modes rather than all of them (on the robot-arm MLP
         with h = 4 the step size doubles and the groups' estimates, 90 nats apart without it,
         come within 11 nats; with h = 1 and no other setting changed, −540.5 ± 4030 without
-        it where −514.5 is right). ``"auto"``: the layers recognised in the model's graph (an activation
-        of ``x @ W + b`` whose outputs go on through ``@ V``) whose units permuting and
-        sign-flipping leaves the model's density unchanged at prior draws; the ones used are in
-        ``settings["mlp_layers"]``. Pass them explicitly for a layer the graph does not show
-        (e.g. output weights integrated out), None for no alignment.
+        it where −514.5 is right). ``"auto"``: the layers recognised in the model's graph
+        (an activation of ``x @ W + b`` whose outputs go on through ``@ V``) whose units
+        permuting and sign-flipping leaves the model's density unchanged at prior draws; the
+        ones used are in ``settings["mlp_layers"]``. Pass them explicitly for a layer the
+        graph does not show (e.g. output weights integrated out), None for no alignment.
     effort_check : {"auto", True, False}, default "auto"
         After the groups above, run ``n_groups`` groups with twice the particles on the same
         ladder and compare: too few particles to hold a multimodal posterior's modes bias the
@@ -366,8 +366,8 @@ def _check_wanted(effort_check, layers, rounds) -> bool:
     """Whether to run the effort check: as asked, or ("auto") on signs of separated modes."""
     if effort_check != "auto":
         return bool(effort_check)
-    return bool(layers) or _groups_disagree(stepping_stone(*round_increments(rounds)),
-                                            round_increments(rounds)[1])
+    increments = round_increments(rounds)
+    return bool(layers) or _groups_disagree(stepping_stone(*increments), increments[1])
 
 
 def _groups_disagree(ss, log_ratio_var) -> bool:
@@ -437,8 +437,10 @@ def _result(rng, model, density, rounds, effort, ladder, settings, timing, start
     _warn_on_soft_problems(messages, ss, ti, log_ratio_var, pooled, settings["target_se"],
                            pooled[0].final_log_weights.shape[1])
     se = _warn_on_effort(messages, effort, ss.se)
-    last = [r for r in pooled if r.final_log_weights.shape[1] == pooled[-1].final_log_weights.shape[1]]
-    posterior, sample_stats = final_draws(rng, density, last, last[0].final_log_weights.shape[1])
+    # Draws come from the groups with the most particles (the last level pooled).
+    particles = pooled[-1].final_log_weights.shape[1]
+    last = [r for r in pooled if r.final_log_weights.shape[1] == particles]
+    posterior, sample_stats = final_draws(rng, density, last, particles)
     timing["total"] = time.perf_counter() - start + earlier
     groups = ss.per_group.size
     return ThermodynamicResult(
