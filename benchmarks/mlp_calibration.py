@@ -54,7 +54,7 @@ CASES = {
 ROLES = ("defaults", "doubled", "chaining 8x", "nested")
 
 
-def run_role(role: str, model, layer, seeds: int):
+def run_role(role: str, model, layer, seeds: range):
     """Yield one row per fit (per nested run) as it finishes: log Z, SE, seconds, effort-check
     levels, warnings."""
     if role == "nested":
@@ -72,7 +72,7 @@ def run_role(role: str, model, layer, seeds: int):
         "chaining 8x": dict(n_particles=2048, mlp_layers=layer, effort_check=False,
                             target_se=None),
     }[role]
-    for seed in range(1, (2 if role == "chaining 8x" else seeds) + 1):
+    for seed in range(1, 3) if role == "chaining 8x" else seeds:
         begun = time.perf_counter()
         result = pm_evidence.thermodynamic(model, random_seed=seed, progressbar=False, cores=1,
                                            **options)
@@ -90,6 +90,8 @@ def main(argv=None) -> int:
                         help="run only the models whose name contains one of these")
     parser.add_argument("--roles", nargs="+", default=list(ROLES), choices=ROLES)
     parser.add_argument("--seeds", type=int, default=5, help="default fits per model")
+    parser.add_argument("--first-seed", type=int, default=1,
+                        help="seed of the first default fit (to add fits to earlier ones)")
     parser.add_argument("--csv", type=Path, default=CSV,
                         help="where to merge the rows (a second process running at the same "
                         "time needs its own file; merge them with --merge)")
@@ -98,6 +100,7 @@ def main(argv=None) -> int:
                         "summary is written")
     args = parser.parse_args(argv)
     rows = []
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     for name, (build, layer) in CASES.items():
         if args.cases and not any(text in name for text in args.cases):
             continue
@@ -106,12 +109,12 @@ def main(argv=None) -> int:
         for role in args.roles:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
-                for row in run_role(role, model, layer, args.seeds):
+                for row in run_role(role, model, layer, seeds):
                     rows.append({"case": name, "dim": dim, "role": role, **row})
                     print(f"{name}: {role}, {row['seed']}: {row['log_z']:.2f} ± {row['se']:.2f} "
                           f"({row['seconds']:.0f} s) {row['effort']}", flush=True)
                     _merged(args.csv, pd.DataFrame(rows)).to_csv(args.csv, index=False)
-    table = _merged(args.csv, pd.DataFrame(columns=["case", "role"]))
+    table = _merged(args.csv, pd.DataFrame(columns=["case", "role", "seed"]))
     for other in args.merge:
         table = _merged_frames(table, pd.read_csv(other))
     table.to_csv(args.csv, index=False)
@@ -124,12 +127,12 @@ def main(argv=None) -> int:
 
 def _merged(path: Path, new: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``path`` (if it exists) with those of ``new`` replacing the same
-    (case, role)."""
+    (case, role, seed)."""
     return _merged_frames(pd.read_csv(path) if path.exists() else new.iloc[:0], new)
 
 
 def _merged_frames(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
-    keys = ["case", "role"]
+    keys = ["case", "role", "seed"]
     keep = ~old.set_index(keys).index.isin(new.set_index(keys).index)
     table = pd.concat([old[keep], new], ignore_index=True)
     order = {name: i for i, name in enumerate(CASES)}
