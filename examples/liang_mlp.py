@@ -60,8 +60,7 @@ SETTINGS = {
                laplace=dict(restarts=2), sizes=(), datasets=0),
     False: dict(cmc=dict(n_chains=10, n_pilot=64, delta_end=1e-3, stage_length=300,
                          max_leapfrog=16),
-                thermo=dict(n_particles=128, n_groups=4, max_groups=4),
-                nested=dict(),
+                thermo=dict(), nested=dict(),  # the defaults a user gets
                 laplace=dict(restarts=16), sizes=(10, 20, 25, 30, 40, 50), datasets=3),
 }
 #: CMC settings of the sample-size study (Table 4): one run per data set, as Liang's.
