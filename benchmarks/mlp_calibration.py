@@ -135,6 +135,8 @@ def _merged_frames(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     keys = ["case", "role", "seed"]
     keep = ~old.set_index(keys).index.isin(new.set_index(keys).index)
     table = pd.concat([old[keep], new], ignore_index=True)
+    # concatenating with an empty frame turns integer columns into floats
+    table[["dim", "seed"]] = table[["dim", "seed"]].astype(int)
     order = {name: i for i, name in enumerate(CASES)}
     rank = [order[c] * len(ROLES) + ROLES.index(r) for c, r in zip(table["case"], table["role"])]
     return table.iloc[np.argsort(rank, kind="stable")].reset_index(drop=True)
