@@ -22,6 +22,7 @@ Usage::
 
     python benchmarks/mlp_calibration.py                          # hours on 2 cores
     python benchmarks/mlp_calibration.py --cases "Liang" --roles defaults doubled
+    python benchmarks/mlp_calibration.py --cases "h=2" --roles defaults --seeds 2 --first-seed 4
 """
 
 from __future__ import annotations
