@@ -307,10 +307,11 @@ def mutate(
     (chains held in separate modes). A positive ``decorrelation`` is raised to twice the mean
     absolute correlation that K independent chains show by chance, 2·√(2/(πK)) (0.05 for
     K = 1024, 0.1 for K = 256): below that a population cannot be told from a decorrelated one.
-    ``decorrelation=0`` switches the rule off. With ``n_transitions=None`` the transitions stop
-    there (or at ``max_transitions``). That stop depends on where the moves went, so the kernel
-    is no longer invariant for the tempered posterior, and evidence estimates built on it run
-    low in high dimensions (0.2 nats at d = 100, ``benchmarks/results/metric_bias.md``). With
+    ``decorrelation=0`` switches the rule off, the stall test included. With
+    ``n_transitions=None`` the transitions stop there (or at ``max_transitions``). That stop
+    depends on where the moves went, so the kernel is no longer invariant for the tempered
+    posterior, and evidence estimates built on it run low in high dimensions (0.2 nats at
+    d = 100, ``benchmarks/results/metric_bias.md``). With
     ``n_transitions`` given, exactly that many transitions run, and ``suggested_transitions``
     reports where the population decorrelated — or, if it did not, 50 % more (at most
     ``max_transitions``) — for the next run at a nearby temperature to use: a non-anticipating
@@ -345,8 +346,9 @@ def mutate(
         history.append(correlation)
         # Chains held in separate modes keep a high correlation with the start however long
         # they move: count them as done once it is high and no longer falls (by 2 % over two
-        # transitions).
-        stalled = len(history) >= 3 and correlation > 0.5 and history[-1] > 0.98 * history[-3]
+        # transitions). Part of the rule, so off with it.
+        stalled = (decorrelation > 0 and len(history) >= 3 and correlation > 0.5
+                   and history[-1] > 0.98 * history[-3])
         if decorrelated_at is None and (correlation < decorrelation or stalled):
             decorrelated_at = transition
             if n_transitions is None:

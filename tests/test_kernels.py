@@ -85,6 +85,35 @@ def test_mutate_runs_the_transitions_it_is_given_and_suggests_the_next():
     assert move(0.01, decorrelation=0.2, n_transitions=1).suggested_transitions == 2
 
 
+def _two_modes(positions):
+    """A density without data: prior ½N(−10, I) + ½N(10, I), modes HMC cannot cross."""
+    up = -0.5 * np.sum((positions - 10) ** 2, axis=1)
+    down = -0.5 * np.sum((positions + 10) ** 2, axis=1)
+    log_prior = np.logaddexp(up, down) - np.log(2)
+    share_up = np.exp(up - np.logaddexp(up, down))[:, None]
+    grad = share_up * (10 - positions) + (1 - share_up) * (-10 - positions)
+    zeros = np.zeros(len(positions))
+    return DensityValues(log_prior, zeros, grad, np.zeros_like(positions))
+
+
+def test_chains_held_in_separate_modes_stop_the_moves_unless_the_rule_is_off():
+    rng = np.random.default_rng(2)
+    signs = np.where(np.arange(400) % 2 == 0, 1.0, -1.0)[:, None]
+    start = kernels.init(_two_modes, 10 * signs + rng.standard_normal((400, 3)))
+    metric = Metric(np.ones(3))
+
+    def move(**options):
+        return kernels.mutate(rng, start, _two_modes, 1.0, metric, 0.5, **options)[1]
+
+    # The correlation with the start stays near 1 (each chain keeps its mode): the rule counts
+    # the population as done once that stops falling, long before max_transitions.
+    held = move(decorrelation=0.2, n_transitions=15)
+    assert held.correlation > 0.9 and held.suggested_transitions < 15
+    # decorrelation=0 switches the whole rule off: no stop, and the next stage gets the most.
+    assert move(decorrelation=0.0, n_transitions=15).suggested_transitions == 20
+    assert move(decorrelation=0.0).n_transitions == 20
+
+
 def _dense_metric(cov):
     """A dense metric with Σ = ``cov``: its diagonal, Σ itself and L⁻¹ for Σ = LLᵀ."""
     return Metric(np.diag(cov).copy(), cov, np.linalg.inv(np.linalg.cholesky(cov)))
