@@ -52,7 +52,7 @@ OUTPUT = ROOT / "benchmarks" / "results" / "evidence_calibration.md"
 METHODS = ("nested", "thermodynamic", "smc")
 #: Non-default nested settings: on the 100-d Gaussian (information 309 nats) 500 live points
 #: (5 per parameter, the fewest ``nested`` accepts without warning of a bias) and two runs, so
-#: that a fit takes about half an hour; its SE is then about 0.55 nats.
+#: that a fit takes about an hour on one core; its SE is then about 0.6 nats.
 NESTED_OPTIONS = {"correlated_gaussian_d100": {"n_live": 500, "n_runs": 2, "target_se": None}}
 TARGET_RMSE = 0.1
 
