@@ -1,16 +1,20 @@
 """Are thermodynamic chaining's error bars honest on Bayesian MLPs, at the defaults a user gets?
 
 For each MLP, ``pm_evidence.thermodynamic(model, random_seed=s)`` with every default (the
-layers recognised in the graph, the effort check where it applies) over several seeds, against
-a reference that does not share chaining's failure modes at these settings:
+layers recognised in the graph, hence the MLP ladder ``target_cess=0.95``, and the effort
+check) over several seeds, against a reference that does not share chaining's failure modes at
+these settings:
 
 * chaining with 8 times the particles of the default first round (4 groups of 2048), the MLP's
   layers given, the effort check off (two seeds), and
-* nested sampling (``pm_evidence.nested``, its defaults, the layers given; four runs),
+* nested sampling (``pm_evidence.nested``, the layers given): four runs at its defaults and
+  (role "nested 8x") two with eight times the live points,
 
-combined by inverse variance when they agree. Every default run's error is reported in units
-of its own SE (the reference's SE added in quadrature), and the defaults with twice the
-particles (``n_particles=512``, same seeds) show whether the estimate still moves with effort.
+combined by inverse variance. Every fit's error is reported in units of its own SE (the
+reference's SE added in quadrature), and the same seeds with twice the particles
+(``n_particles=512``) show whether the estimate still moves with effort. The "ladder 0.8" roles
+repeat the fits, their doubling and the long chaining with the general default
+``target_cess=0.8``, the ladder every other model gets, to show what the finer one changes.
 
 Models: Liang's example-1 MLP (``liang_mlp(H, *liang_data(seed=1))``, output weights
 integrated out, H = 1…4) and the robot-arm MLP (``robot_arm_mlp(h)``, Neal-style gamma
@@ -52,28 +56,40 @@ CASES = {
        for h in (1, 2, 3, 4)},
     **{f"robot arm h={h}": (lambda h=h: robot_arm_mlp(h), ROBOT_ARM_LAYER) for h in (1, 2, 3, 4)},
 }
-ROLES = ("defaults", "doubled", "chaining 8x", "nested")
+ROLES = ("defaults", "doubled", "chaining 8x", "nested", "nested 8x", "ladder 0.8",
+         "ladder 0.8, doubled", "ladder 0.8, chaining 8x")
+#: The settings calibrated (fits, then the same seeds with twice the particles) and their ladder.
+SETTINGS = {"defaults": ("doubled", "0.95 (defaults)"),
+            "ladder 0.8": ("ladder 0.8, doubled", "0.8")}
 
 
 def run_role(role: str, model, layer, seeds: range):
     """Yield one row per fit (per nested run) as it finishes: log Z, SE, seconds, effort-check
     levels, warnings."""
-    if role == "nested":
+    if role.startswith("nested"):
         begun = time.perf_counter()
-        result = pm_evidence.nested(model, mlp_layers=layer, n_runs=4, max_runs=4,
-                                    target_se=None, random_seed=200, progressbar=False, cores=1)
+        dim = pm_evidence.get_density(model).dim
+        # 8x: eight times the default live points, max(100, 25 d), in two runs
+        eightfold = role == "nested 8x"
+        runs, n_live, seed = (2, 8 * max(100, 25 * dim), 11) if eightfold else (4, None, 200)
+        result = pm_evidence.nested(model, mlp_layers=layer, n_live=n_live, n_runs=runs,
+                                    max_runs=runs, target_se=None, random_seed=seed,
+                                    progressbar=False, cores=1)
         seconds = (time.perf_counter() - begun) / result.n_runs
         for run, (log_z, se) in enumerate(zip(result.run_log_evidence, result.run_se)):
             yield {"seed": run, "log_z": log_z, "se": se, "seconds": seconds,
                    "effort": "", "warnings": " | ".join(result.warnings)}
         return
+    long = dict(n_particles=2048, mlp_layers=layer, effort_check=False, target_se=None)
     options = {
         "defaults": dict(),
         "doubled": dict(n_particles=512),
-        "chaining 8x": dict(n_particles=2048, mlp_layers=layer, effort_check=False,
-                            target_se=None),
+        "chaining 8x": long,
+        "ladder 0.8": dict(target_cess=0.8),
+        "ladder 0.8, doubled": dict(target_cess=0.8, n_particles=512),
+        "ladder 0.8, chaining 8x": dict(long, target_cess=0.8),
     }[role]
-    for seed in range(1, 3) if role == "chaining 8x" else seeds:
+    for seed in range(1, 3) if role.endswith("chaining 8x") else seeds:
         begun = time.perf_counter()
         result = pm_evidence.thermodynamic(model, random_seed=seed, progressbar=False, cores=1,
                                            **options)
@@ -153,19 +169,49 @@ def pooled(runs: pd.DataFrame) -> tuple[float, float]:
 
 
 def reference(rows: pd.DataFrame):
-    """(log Z, SE, note): chaining 8x and nested combined by inverse variance, or the one
-    that exists; the note gives their difference in combined SE."""
+    """(log Z, SE, note): chaining 8x and nested sampling (its runs at the default and at 8
+    times the live points pooled separately, then combined) combined by inverse variance, or
+    the one that exists; the note gives nested minus chaining in their combined SE."""
     parts = {role: pooled(rows[rows["role"] == role])
-             for role in ("chaining 8x", "nested") if (rows["role"] == role).any()}
+             for role in ("chaining 8x", "nested", "nested 8x") if (rows["role"] == role).any()}
+    nested = [parts.pop(role) for role in ("nested", "nested 8x") if role in parts]
+    if nested:
+        parts["nested"] = _inverse_variance(nested)
     if not parts:
         return np.nan, np.nan, "no reference"
     if len(parts) == 1:
         (role, (value, se)), = parts.items()
         return value, se, f"{role} only"
     (c, c_se), (n, n_se) = parts["chaining 8x"], parts["nested"]
-    weights = np.array([c_se, n_se]) ** -2.0
-    value = float(np.dot(weights, [c, n]) / weights.sum())
-    return value, float(weights.sum() ** -0.5), f"Δ {(n - c) / np.hypot(c_se, n_se):+.1f} SE"
+    value, se = _inverse_variance([(c, c_se), (n, n_se)])
+    return value, se, f"Δ {(n - c) / np.hypot(c_se, n_se):+.1f} SE"
+
+
+def _inverse_variance(estimates) -> tuple[float, float]:
+    values, ses = np.array(estimates, dtype=float).T
+    weights = ses ** -2.0
+    return float(np.dot(weights, values) / weights.sum()), float(weights.sum() ** -0.5)
+
+
+def _setting_row(fits, doubled, ref, ref_se, note, ladder) -> str:
+    """The table's cells after the model's for one setting's fits against the reference."""
+    z = (fits["log_z"] - ref) / np.hypot(fits["se"], ref_se)
+    levels = fits["effort"].fillna("").str.split()
+    checked, moved = int((levels.str.len() > 1).sum()), int((levels.str.len() > 2).sum())
+    doubling = ""
+    if not doubled.empty:
+        (a, a_se), (b, b_se) = pooled(fits), pooled(doubled)
+        doubling = f"{(b - a) / np.hypot(a_se, b_se):+.1f}"
+    mean, _ = pooled(fits)
+    if np.isnan(ref):
+        calibration = f" | {note} | {ladder} | {mean:.2f} | {fits['se'].median():.2f} |  |  |  | "
+    else:
+        calibration = (f"{ref:.2f} ± {ref_se:.2f} | {note} | {ladder} | {mean:.2f} | "
+                       f"{fits['se'].median():.2f} | {np.abs(z).mean():.2f} | "
+                       f"{np.abs(z).max():.2f} | {int((np.abs(z) <= 2).sum())}/{len(z)} | "
+                       f"{z.mean():+.2f}")
+    return (f"{calibration} | {checked}/{len(fits)} ({moved}) | {doubling} | "
+            f"{fits['seconds'].mean():.0f} |")
 
 
 def summarise(table: pd.DataFrame, command: str) -> str:
@@ -179,43 +225,31 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "of models and roles not rerun are kept from earlier invocations.",
         "",
         "Defaults: `thermodynamic(model, random_seed=s)` (s = 1…5), every other argument at "
-        "its default. Reference: chaining with 4 groups of 2048 particles and the layers given "
-        "(two seeds), and nested sampling at its defaults with the layers given (four runs), "
-        "each pooled (mean log Z; SE the larger of the fits' own errors combined and their "
-        "spread) and combined by inverse variance; 'agree' is nested minus chaining in their "
-        "combined SE. z: a default fit's error against the reference in units of its own SE "
-        "and the reference's in quadrature. Doubled: the same seeds with `n_particles=512`; "
-        "'moved' is the doubled fits' mean minus the defaults' in their combined SE. Seconds: "
-        "mean per default fit, one core.",
+        "its default: the layers recognised in the graph, so the adaptive ladder at "
+        "`target_cess=0.95`, and the effort check. Ladder 0.8: the same with `target_cess=0.8`, "
+        "the general default, for comparison. Reference: chaining with 4 groups of 2048 "
+        "particles at the defaults' ladder and the layers given (two seeds), and nested "
+        "sampling with the layers given, four runs at its defaults and, where run, two with 8 "
+        "times the live points, each pooled (mean log Z; SE the larger of the fits' own errors "
+        "combined and their spread) and combined by inverse variance; 'agree' is nested minus "
+        "chaining in their combined SE. z: a fit's error against the reference in units of "
+        "its own SE and the reference's in quadrature. Doubled: the same seeds and ladder with "
+        "`n_particles=512`; 'moved' is the doubled fits' mean minus the fits' in their combined "
+        "SE. Seconds: mean per fit, one core (often shared with another benchmark).",
         "",
-        "| model | d | reference | agree | defaults: mean log Z | median SE | mean \\|z\\| "
-        "| max \\|z\\| | within 2 SE | effort checks (moved) | doubled: moved | s per fit |",
-        "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| model | d | reference | agree | ladder | mean log Z | median SE | mean \\|z\\| "
+        "| max \\|z\\| | within 2 SE | mean z | effort checks (moved) | doubled: moved "
+        "| s per fit |",
+        "|---|--:|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for name, rows in table.groupby("case", sort=False):
         ref, ref_se, note = reference(rows)
-        fits = rows[rows["role"] == "defaults"]
-        if fits.empty:
-            continue
-        z = (fits["log_z"] - ref) / np.hypot(fits["se"], ref_se)
-        levels = fits["effort"].fillna("").str.split()
-        checked = int((levels.str.len() > 1).sum())
-        moved = int((levels.str.len() > 2).sum())
-        doubled = rows[rows["role"] == "doubled"]
-        if doubled.empty:
-            doubling = ""
-        else:
-            (a, a_se), (b, b_se) = pooled(fits), pooled(doubled)
-            doubling = f"{(b - a) / np.hypot(a_se, b_se):+.1f}"
-        mean, _ = pooled(fits)
-        calibration = (f"{ref:.2f} ± {ref_se:.2f} | {note} | {mean:.2f} | "
-                       f"{fits['se'].median():.2f} | {np.abs(z).mean():.2f} | "
-                       f"{np.abs(z).max():.2f} | {int((np.abs(z) <= 2).sum())}/{len(z)}")
-        if np.isnan(ref):
-            calibration = f" | {note} | {mean:.2f} | {fits['se'].median():.2f} |  |  | "
-        lines.append(
-            f"| {name} | {int(rows['dim'].iloc[0])} | {calibration} | "
-            f"{checked}/{len(fits)} ({moved}) | {doubling} | {fits['seconds'].mean():.0f} |")
+        for role, (doubled_role, ladder) in SETTINGS.items():
+            fits = rows[rows["role"] == role]
+            if not fits.empty:
+                lines.append(f"| {name} | {int(rows['dim'].iloc[0])} | "
+                             + _setting_row(fits, rows[rows["role"] == doubled_role], ref,
+                                            ref_se, note, ladder))
     lines += ["", "Each fit's log Z, SE, effort-check levels and warnings: "
               "`mlp_calibration.csv`.", ""]
     earlier = MARKDOWN.read_text() if MARKDOWN.exists() else ""

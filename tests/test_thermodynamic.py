@@ -116,6 +116,7 @@ def test_with_model_context(regression5):
         (dict(ladder=[0.0, 0.5, 0.4, 1.0]), ValueError, "strictly increasing"),
         (dict(ladder=[0.1, 1.0]), ValueError, "from 0 to 1"),
         (dict(target_cess=1.5), ValueError, r"target_cess must be in \(0, 1\), got 1.5"),
+        (dict(target_cess="fine"), TypeError, r"target_cess must be .* or 'auto', got 'fine'"),
         (dict(mass_matrix="full"), ValueError, r"mass_matrix must be one of \['auto', 'dense'"),
         (dict(max_groups=2), ValueError, r"max_groups must be an integer >= 4 \(n_groups\)"),
         (dict(cores=0), ValueError, "cores must be an integer >= 1"),
@@ -300,14 +301,19 @@ def test_integration_keeps_resolved_integrands_and_rejects_unresolved_ones():
 
 
 def test_an_mlps_layers_are_recognised_and_used_unless_declined():
+    """With its layers the MLP also gets the finer adaptive ladder (target_cess="auto")."""
     model = testing.robot_arm_mlp(1)
     options = dict(ladder=[0.0, 1.0], n_particles=16, n_groups=2, max_groups=2, target_se=None,
                    random_seed=0, progressbar=False)
     res = pm_evidence.thermodynamic(model, **options)
     assert res.settings["mlp_layers"] == [vars(testing.ROBOT_ARM_LAYER)]
+    assert res.settings["target_cess"] == 0.95
     assert res.effort_particles == ()  # max_groups = n_groups leaves no budget to double
     declined = pm_evidence.thermodynamic(model, mlp_layers=None, **options)
     assert declined.settings["mlp_layers"] is None
+    assert declined.settings["target_cess"] == 0.8
+    chosen = pm_evidence.thermodynamic(model, target_cess=0.9, **options)
+    assert chosen.settings["target_cess"] == 0.9
 
 
 def test_the_effort_check_pools_two_levels_that_agree():
