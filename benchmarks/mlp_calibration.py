@@ -195,7 +195,7 @@ def _inverse_variance(estimates) -> tuple[float, float]:
     return float(np.dot(weights, values) / weights.sum()), float(weights.sum() ** -0.5)
 
 
-def _setting_row(fits, doubled, ref, ref_se, note, ladder) -> str:
+def _setting_row(fits, doubled, ref, ref_se, note, label) -> str:
     """The table's cells after the model's for one setting's fits against the reference."""
     z = (fits["log_z"] - ref) / np.hypot(fits["se"], ref_se)
     levels = fits["effort"].fillna("").str.split()
@@ -206,9 +206,9 @@ def _setting_row(fits, doubled, ref, ref_se, note, ladder) -> str:
         doubling = f"{(b - a) / np.hypot(a_se, b_se):+.1f}"
     mean, _ = pooled(fits)
     if np.isnan(ref):
-        calibration = f" | {note} | {ladder} | {mean:.2f} | {fits['se'].median():.2f} |  |  |  | "
+        calibration = f" | {note} | {label} | {mean:.2f} | {fits['se'].median():.2f} |  |  |  | "
     else:
-        calibration = (f"{ref:.2f} ± {ref_se:.2f} | {note} | {ladder} | {mean:.2f} | "
+        calibration = (f"{ref:.2f} ± {ref_se:.2f} | {note} | {label} | {mean:.2f} | "
                        f"{fits['se'].median():.2f} | {np.abs(z).mean():.2f} | "
                        f"{np.abs(z).max():.2f} | {int((np.abs(z) <= 2).sum())}/{len(z)} | "
                        f"{z.mean():+.2f}")
@@ -248,12 +248,12 @@ def summarise(table: pd.DataFrame, command: str) -> str:
     ]
     for name, rows in table.groupby("case", sort=False):
         ref, ref_se, note = reference(rows)
-        for role, (doubled_role, ladder) in SETTINGS.items():
+        for role, (doubled_role, label) in SETTINGS.items():
             fits = rows[rows["role"] == role]
             if not fits.empty:
                 lines.append(f"| {name} | {int(rows['dim'].iloc[0])} | "
                              + _setting_row(fits, rows[rows["role"] == doubled_role], ref,
-                                            ref_se, note, ladder))
+                                            ref_se, note, label))
     lines += ["", "Each fit's log Z, SE, effort-check levels and warnings: "
               "`mlp_calibration.csv`.", ""]
     earlier = MARKDOWN.read_text() if MARKDOWN.exists() else ""
