@@ -65,13 +65,12 @@ SETTINGS = {"defaults": ("doubled", "defaults"),
             "ladder 0.8": ("ladder 0.8, doubled", "`target_cess=0.8`")}
 
 
-def run_role(role: str, model, layer, seeds: range):
+def run_role(role: str, model, layer, seeds: range, dim: int):
     """Yield one row per fit (per nested run) as it finishes: log Z, SE, seconds, effort-check
     levels, warnings."""
     if role.startswith("nested"):
         begun = time.perf_counter()
-        dim = pm_evidence.get_density(model).dim
-        # 8x: eight times the default live points, max(100, 25 d), in two runs
+        # 8x: eight times nested's default live points, max(100, 25 d), in two runs
         eightfold = role == "nested 8x"
         runs, n_live, seed = (2, 8 * max(100, 25 * dim), 11) if eightfold else (4, None, 200)
         result = pm_evidence.nested(model, mlp_layers=layer, n_live=n_live, n_runs=runs,
@@ -128,7 +127,7 @@ def main(argv=None) -> int:
         for role in args.roles:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
-                for row in run_role(role, model, layer, seeds):
+                for row in run_role(role, model, layer, seeds, dim):
                     rows.append({"case": name, "dim": dim, "role": role, **row})
                     print(f"{name}: {role}, {row['seed']}: {row['log_z']:.2f} ± {row['se']:.2f} "
                           f"({row['seconds']:.0f} s) {row['effort']}", flush=True)
