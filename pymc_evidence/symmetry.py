@@ -26,7 +26,7 @@ from pymc_evidence._validation import integer
 
 __all__ = [
     "MLPLayer", "mlp_symmetry", "align_units", "alignment_map", "transform_units", "as_layers",
-    "detect_mlp_layers", "missing_layers_message", "resolve_layers",
+    "detect_mlp_layers", "suggested_layers", "missing_layers_message", "resolve_layers",
 ]
 
 #: g(-a) = -g(a): flipping a unit's incoming weights, bias and outgoing weights is a symmetry.
@@ -237,11 +237,12 @@ def detect_mlp_layers(model) -> list[MLPLayer]:
     A layer is an activation of :data:`ACTIVATIONS` applied to ``x @ W + b`` (possibly scaled
     by a constant or a scalar), where ``x`` holds no free variable and ``W`` and ``b`` each
     depend on one untransformed free variable besides scalars (a non-centred ``W = z / √α``
-    gives ``z``), and whose activations go on through ``@ V`` with ``V`` of the same kind (the
-    layer's output). Without such a ``V`` the columns need not be hidden units (a multi-label
-    logistic regression has the same first half), so none is reported; nor is a layer whose
-    output weights the model integrates out. Whether the units are exchangeable a priori (what
-    makes the permutations symmetries) is not checked: the result is a suggestion.
+    gives ``z``). Its output is ``V`` when the activations go on through ``@ V`` with ``V`` of
+    the same kind; otherwise it is None, as for a model that integrates the output weights out
+    (Liang 2005, §3). Whether the units are exchangeable a priori (what makes the permutations
+    symmetries) is not checked: the result is a suggestion, and one without output weights
+    only a candidate, since its columns need not be hidden units at all (a multi-label
+    logistic regression has the same form); :func:`suggested_layers` checks those.
     """
     from pytensor.graph.traversal import ancestors, io_toposort
 
@@ -299,7 +300,7 @@ def detect_mlp_layers(model) -> list[MLPLayer]:
                 op_name(consumer) == "mul" and len(consumer.inputs) == 2)
             if product and consumer.inputs[0] is node.outputs[0]:
                 output = output or one_variable(consumer.inputs[1])
-        if weights is None or output is None or (len(terms) == 2 and bias is None):
+        if weights is None or (len(terms) == 2 and bias is None):
             continue
         layer = MLPLayer(weights=weights, output=output, bias=bias, activation=activation)
         try:
@@ -312,6 +313,13 @@ def detect_mlp_layers(model) -> list[MLPLayer]:
 
 #: Graph ops of a matrix product x @ W (PyTensor 2 and 3, before rewriting).
 _PRODUCTS = frozenset({"dot", "matmul"})
+
+
+def suggested_layers(model, density) -> list[MLPLayer]:
+    """The layers :func:`detect_mlp_layers` recognises that are worth suggesting: those with
+    output weights, and those without only where :func:`is_symmetry` confirms them."""
+    return [layer for layer in detect_mlp_layers(model)
+            if layer.output is not None or is_symmetry(density, layer)]
 
 
 def resolve_layers(mlp_layers, model, density) -> list[MLPLayer]:

@@ -14,8 +14,10 @@ import pymc_evidence as pm_evidence
 from pymc_evidence import _optimize
 from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceWarning
+from pymc_evidence.testing import liang_data, liang_mlp
 from pymc_evidence.symmetry import (
-    MLPLayer, align_units, detect_mlp_layers, resolve_layers, transform_units,
+    MLPLayer, align_units, detect_mlp_layers, resolve_layers, suggested_layers,
+    transform_units,
 )
 
 from _linear import N_OBS, N_SLOPES, NOISE_SD, PRIOR_SD, linear_regression  # tests/_linear.py
@@ -267,7 +269,31 @@ def test_no_layer_is_recognised_where_there_is_none(linear):
         w = pm.Normal("w", 0, 1, shape=(1, 3))
         b = pm.Normal("b", 0, 1, shape=3)
         pm.Bernoulli("y", p=pm.math.sigmoid(x[:, None] @ w + b), observed=labels)
-    assert detect_mlp_layers(multilabel) == []
+    # the form of a layer whose output weights are integrated out: a candidate, which the
+    # symmetry check rejects (each column belongs to its label)
+    assert detect_mlp_layers(multilabel) == [MLPLayer("w", bias="b", activation="sigmoid")]
+    density = get_density(multilabel)
+    assert suggested_layers(multilabel, density) == []
+    assert resolve_layers("auto", multilabel, density) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EvidenceWarning)  # no "looks like a neural network"
+        pm_evidence.laplace(multilabel, restarts=1, check_draws=0, random_seed=0,
+                            progressbar=False)
+
+
+def test_a_layer_whose_output_weights_are_integrated_out_is_recognised():
+    """Liang's MLP integrates the output weights out: its layer is found without them, confirmed
+    by the symmetry check, aligned by "auto" and suggested by laplace with the log S it lacks."""
+    model = liang_mlp(2, *liang_data(seed=1, n=30))
+    density = get_density(model)
+    layer = MLPLayer("z_in", bias="z_bias")
+    assert detect_mlp_layers(model) == suggested_layers(model, density) == [layer]
+    assert resolve_layers("auto", model, density) == [layer]
+    start = density.prior_draws(np.random.default_rng(1), 1)
+    with pytest.warns(EvidenceWarning, match=r"8 symmetric copies.* 2\.08 nats too low.*"
+                                             r"mlp_layers=MLPLayer\('z_in', bias='z_bias'\)"):
+        pm_evidence.laplace(model, restarts=0, start=start, check_draws=0,
+                            progressbar=False)
 
 
 def test_a_recognised_layer_is_used_only_if_its_units_are_exchangeable():

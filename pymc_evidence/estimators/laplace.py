@@ -30,7 +30,7 @@ from pymc_evidence.density import get_density
 from pymc_evidence.estimators import _mackay
 from pymc_evidence.results import LaplaceResult, warn
 from pymc_evidence.symmetry import (
-    MLPLayer, align_units, as_layers, detect_mlp_layers, missing_layers_message, mlp_symmetry,
+    MLPLayer, align_units, as_layers, missing_layers_message, mlp_symmetry, suggested_layers,
 )
 
 __all__ = ["laplace"]
@@ -305,7 +305,7 @@ def laplace(
     shapes = dict(zip(density.names, density.shapes))
     if symmetry is None:
         if not layers:
-            _warn_if_mlp(messages, model, shapes)
+            _warn_if_mlp(messages, model, density, shapes)
         symmetry = math.prod(mlp_symmetry(l.hidden_units(shapes), l.activation) for l in layers)
     log_symmetry = math.log(symmetry)  # exact for counts beyond int64 (2^h h! at h ≥ 17)
     t_density = time.perf_counter()
@@ -376,10 +376,10 @@ def laplace(
 
 
 # --------------------------------------------------------------------------- steps
-def _warn_if_mlp(messages: list, model, shapes: dict) -> None:
+def _warn_if_mlp(messages: list, model, density, shapes: dict) -> None:
     """Warn when the model looks like an MLP but neither ``mlp_layers`` nor ``symmetry`` was
     given: the symmetric copies of every mode are then left out of the sum."""
-    layers = detect_mlp_layers(model)
+    layers = suggested_layers(model, density)
     if not layers:
         return
     copies = math.prod(mlp_symmetry(l.hidden_units(shapes), l.activation) for l in layers)

@@ -136,9 +136,10 @@ def nested(
         copies: the likelihood is unchanged, but the slice directions then fit one copy of
         the posterior's modes instead of spanning all of them. ``"auto"``: the layers
         recognised in the model's graph (an activation of ``x @ W + b`` whose outputs go on
-        through ``@ V``) whose units permuting and sign-flipping leaves the model's density
-        unchanged at prior draws, as in :func:`thermodynamic`; the ones used are in
-        ``settings["mlp_layers"]``. None: no alignment.
+        through ``@ V``, or whose output weights the model integrates out) whose units
+        permuting and sign-flipping leaves the model's density unchanged at prior draws, as
+        in :func:`thermodynamic`; the ones used are in ``settings["mlp_layers"]``. None: no
+        alignment.
     checkpoint : str or path, optional
         File where every finished run is saved at once, and an unfinished one every 30 s
         (atomically, with its random state). If it exists, nested() resumes from it and

@@ -153,10 +153,11 @@ def thermodynamic(
         with h = 4 the step size doubles and the groups' estimates, 90 nats apart without it,
         come within 11 nats; with h = 1 and no other setting changed, −540.5 ± 4030 without
         it where −514.5 is right). ``"auto"``: the layers recognised in the model's graph
-        (an activation of ``x @ W + b`` whose outputs go on through ``@ V``) whose units
-        permuting and sign-flipping leaves the model's density unchanged at prior draws; the
-        ones used are in ``settings["mlp_layers"]``. Pass them explicitly for a layer the
-        graph does not show (e.g. output weights integrated out), None for no alignment.
+        (an activation of ``x @ W + b`` whose outputs go on through ``@ V``, or whose output
+        weights the model integrates out) whose units permuting and sign-flipping leaves the
+        model's density unchanged at prior draws; the ones used are in
+        ``settings["mlp_layers"]``. Pass them explicitly for a layer the graph does not show,
+        None for no alignment.
     effort_check : {"auto", True, False}, default "auto"
         After the groups above, run ``n_groups`` groups with twice the particles on the same
         ladder and compare: too few particles to hold a multimodal posterior's modes bias the
