@@ -1,10 +1,9 @@
 """Are thermodynamic chaining's error bars honest on Bayesian MLPs, at the defaults a user gets?
 
 For each MLP, ``pm_evidence.thermodynamic(model, random_seed=s)`` with every default over
-several seeds (on the robot arm the layers are recognised in the graph, hence the MLP ladder
-``target_cess=0.95`` and the effort check; Liang's MLP, its output weights integrated out, shows
-no layer to recognise and runs at the general defaults), against a reference that does not
-share chaining's failure modes at these settings:
+several seeds (the layers are recognised in the graph, hence the MLP ladder
+``target_cess=0.95`` and the effort check), against a reference that does not share chaining's
+failure modes at these settings:
 
 * chaining with 8 times the particles of the default first round (4 groups of 2048), the MLP's
   layers given, the effort check off (two seeds), and
@@ -16,7 +15,10 @@ reference's SE added in quadrature), and the same seeds with twice the particles
 (``n_particles=512``) show whether the estimate still moves with effort. On the robot arm the
 "ladder 0.8" roles repeat the fits and their doubling with ``target_cess=0.8``, the ladder of
 every model without MLP layers, to show what the finer one changes; "ladder 0.8, chaining 8x"
-is the long chaining at that ladder, shown but not part of the reference.
+is the long chaining at that ladder, shown but not part of the reference. On Liang's MLP the
+"unaligned" roles repeat the fits and their doubling with ``mlp_layers=None`` (no alignment,
+hence also the general ladder and no effort check), what a model gets whose layers are not
+recognised.
 
 Models: Liang's example-1 MLP (``liang_mlp(H, *liang_data(seed=1))``, output weights
 integrated out, H = 1…4) and the robot-arm MLP (``robot_arm_mlp(h)``, Neal-style gamma
@@ -59,10 +61,11 @@ CASES = {
     **{f"robot arm h={h}": (lambda h=h: robot_arm_mlp(h), ROBOT_ARM_LAYER) for h in (1, 2, 3, 4)},
 }
 ROLES = ("defaults", "doubled", "chaining 8x", "nested", "nested 8x", "ladder 0.8",
-         "ladder 0.8, doubled", "ladder 0.8, chaining 8x")
+         "ladder 0.8, doubled", "ladder 0.8, chaining 8x", "unaligned", "unaligned, doubled")
 #: The settings calibrated: fits, the same seeds with twice the particles, and a short label.
 SETTINGS = {"defaults": ("doubled", "defaults"),
-            "ladder 0.8": ("ladder 0.8, doubled", "`target_cess=0.8`")}
+            "ladder 0.8": ("ladder 0.8, doubled", "`target_cess=0.8`"),
+            "unaligned": ("unaligned, doubled", "`mlp_layers=None`")}
 
 
 def run_role(role: str, model, layer, seeds: range, dim: int):
@@ -89,6 +92,8 @@ def run_role(role: str, model, layer, seeds: range, dim: int):
         "ladder 0.8": dict(target_cess=0.8),
         "ladder 0.8, doubled": dict(target_cess=0.8, n_particles=512),
         "ladder 0.8, chaining 8x": dict(long, target_cess=0.8),
+        "unaligned": dict(mlp_layers=None),
+        "unaligned, doubled": dict(mlp_layers=None, n_particles=512),
     }[role]
     for seed in range(1, 3) if role.endswith("chaining 8x") else seeds:
         begun = time.perf_counter()
@@ -226,11 +231,11 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "of models and roles not rerun are kept from earlier invocations.",
         "",
         "Defaults: `thermodynamic(model, random_seed=s)` (s = 1…5), every other argument at "
-        "its default: on the robot arm the layers recognised in the graph, hence the MLP ladder "
-        "`target_cess=0.95` and the effort check; Liang's MLP (output weights integrated out) "
-        "shows no layer to recognise and runs at the general defaults (`target_cess=0.8`, no "
-        "alignment, no effort check). `target_cess=0.8` rows: the robot arm's fits with that "
-        "ladder, for comparison. Reference: chaining with 4 groups of 2048 "
+        "its default: the layers recognised in the graph (on Liang's MLP one whose output "
+        "weights are integrated out), hence the MLP ladder `target_cess=0.95` and the effort "
+        "check. `target_cess=0.8` rows: the robot arm's fits with that ladder; "
+        "`mlp_layers=None` rows: Liang's without alignment (hence also the general ladder 0.8 "
+        "and no effort check), for comparison. Reference: chaining with 4 groups of 2048 "
         "particles at the defaults' ladder and the layers given (two seeds), and nested "
         "sampling with the layers given, four runs at its defaults and, where run, two with 8 "
         "times the live points, each pooled (mean log Z; SE the larger of the fits' own errors "
