@@ -14,11 +14,11 @@ import pymc_evidence as pm_evidence
 from pymc_evidence import _optimize
 from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceWarning
-from pymc_evidence.testing import liang_data, liang_mlp
 from pymc_evidence.symmetry import (
     MLPLayer, align_units, detect_mlp_layers, resolve_layers, suggested_layers,
     transform_units,
 )
+from pymc_evidence.testing import liang_data, liang_mlp
 
 from _linear import N_OBS, N_SLOPES, NOISE_SD, PRIOR_SD, linear_regression  # tests/_linear.py
 
