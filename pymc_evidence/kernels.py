@@ -41,7 +41,7 @@ class HMCState(NamedTuple):
 class HMCInfo(NamedTuple):
     """Per-chain outcome of one HMC transition."""
 
-    acceptance_rate: np.ndarray  # (K,) min(1, exp(-ΔH))
+    acceptance_rate: np.ndarray  # (K,) min(1, exp(-ΔH)), whatever the support says
     accepted: np.ndarray  # (K,) bool
     divergent: np.ndarray  # (K,) bool: non-finite or ΔH > DIVERGENCE_THRESHOLD
     energy_change: np.ndarray  # (K,) ΔH of the proposal
@@ -172,6 +172,7 @@ def hmc_step(
     step_size: np.ndarray | float,
     metric: Metric,
     n_leapfrog: int,
+    support=None,
 ) -> tuple[HMCState, HMCInfo]:
     """One HMC transition of every chain, targeting ``log p + lam * log L``.
 
@@ -189,6 +190,10 @@ def hmc_step(
         Inverse mass matrix (an estimate of the target's covariance), diagonal or dense.
     n_leapfrog : int
         Leapfrog steps per trajectory.
+    support : callable, optional
+        ``support(X) -> bool (K,)``: proposals outside this set are rejected, so the chains
+        target π_λ restricted to it (the leapfrog map stays a volume-preserving involution, and
+        the restricted density is zero outside). Chains must start inside.
 
     Returns
     -------
@@ -226,6 +231,8 @@ def hmc_step(
     finite &= np.all(np.isfinite(grad), axis=1)
     log_accept = np.where(finite, np.minimum(0.0, -energy_change), -np.inf)
     accepted = np.log(rng.uniform(size=K)) < log_accept
+    if support is not None and accepted.any():
+        accepted[accepted] = support(position[accepted])
     # Only an energy *gain* diverges (Stan's rule): a large drop is accepted, not a failure.
     divergent = ~finite | (np.where(finite, energy_change, 0.0) > DIVERGENCE_THRESHOLD)
 
@@ -297,6 +304,7 @@ def mutate(
     decorrelation: float = 0.2,
     max_transitions: int = 20,
     n_traced: int = 8,
+    support=None,
 ) -> tuple[HMCState, MutationStats]:
     """Move every chain by HMC at temperature ``lam``, a fixed number of transitions or until
     the population has decorrelated.
@@ -334,7 +342,8 @@ def mutate(
     for transition in range(1, planned + 1):
         n_leapfrog = leapfrog_steps(rng, trajectory_length / step_size, max_leapfrog)
         jitter = np.exp(rng.uniform(-0.1, 0.1, size=K))
-        state, info = hmc_step(rng, state, density, lam, step_size * jitter, metric, n_leapfrog)
+        state, info = hmc_step(rng, state, density, lam, step_size * jitter, metric, n_leapfrog,
+                               support)
         acceptance.append(float(np.mean(info.acceptance_rate)))
         divergences += int(np.sum(info.divergent))
         traced.append((state.log_prior[:n_traced], state.log_likelihood[:n_traced]))

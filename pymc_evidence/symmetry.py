@@ -27,6 +27,7 @@ from pymc_evidence._validation import integer
 __all__ = [
     "MLPLayer", "mlp_symmetry", "align_units", "alignment_map", "transform_units", "as_layers",
     "detect_mlp_layers", "suggested_layers", "missing_layers_message", "resolve_layers",
+    "is_nearest_copy", "sampling_layers",
 ]
 
 #: g(-a) = -g(a): flipping a unit's incoming weights, bias and outgoing weights is a symmetry.
@@ -472,6 +473,40 @@ def alignment_map(density, layers: list[MLPLayer], reference: np.ndarray, x: np.
                                               * (flips[:, :, None] if flipped else 1.0))
         index, signs = new_index, new_signs
     return index.reshape(x.shape), signs.reshape(x.shape)
+
+
+def is_nearest_copy(density, layers: list[MLPLayer], reference: np.ndarray,
+                    x: np.ndarray) -> np.ndarray:
+    """Whether each row of ``x`` is, of all its copies, the one nearest ``reference``.
+
+    Such points form the reference's domain (its Dirichlet domain under the symmetries), which
+    holds exactly one copy of almost every point: restricted to it, a posterior is the
+    posterior over the functions the network computes. A sampler that aligns its points to the
+    reference must keep its moves in the domain. Its kernels leave the whole posterior
+    invariant but do not commute with the symmetries (their metric or directions come from the
+    aligned points), so a move that crosses into another copy's domain, where the copies
+    overlap, changes the law of the functions the points compute: on Liang's MLPs the
+    evidence came out 0.04–0.13 nats low.
+    """
+    x = np.atleast_2d(np.asarray(x, float))
+    index, signs = alignment_map(density, layers, reference, x)
+    return np.all(index == np.arange(x.shape[1]), axis=1) & np.all(signs > 0, axis=1)
+
+
+def sampling_layers(density, layers: list[MLPLayer]) -> list[MLPLayer]:
+    """The layers a sampler aligns its points under: the one layer, or of several the one
+    with the most copies.
+
+    Under one layer's symmetries the nearest copy is exact (an assignment problem). For
+    several, :func:`align_units` aligns them one after another, which need not give every
+    copy of a point the same result: a sampler that keeps its points among the aligned ones
+    could then hold some functions in two copies and weigh them twice.
+    """
+    if len(layers) <= 1:
+        return list(layers)
+    shapes = {k: v.shape[1:] for k, v in density.split(np.zeros((1, density.dim))).items()}
+    return [max(layers, key=lambda layer: mlp_symmetry(layer.hidden_units(shapes),
+                                                       layer.activation))]
 
 
 def _match_units(reference_units, units, layer: MLPLayer):

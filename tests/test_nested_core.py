@@ -295,6 +295,41 @@ def test_canonicalise_merges_mirror_copies():
     assert plain.n_clusters.max() == 2
 
 
+def test_slice_moves_stay_among_canonical_points():
+    """Target symmetric under the swap of θ₀ and θ₁, canonicalised to the copy nearest a
+    reference: from canonical starts, every move ends at a canonical point (a move into the
+    other copy is rejected, not mapped back), and the chains do move."""
+    mean = np.array([1.0, 0.5, 0.0])
+    cov = 0.25 * np.array([[1.0, 0.6, 0.3], [0.6, 1.0, 0.0], [0.3, 0.0, 1.0]])
+    swap = [1, 0, 2]
+    log_density, _, _ = _mixture_target(3, 3.0, [0.5, 0.5], [mean, mean[swap]],
+                                        [cov, cov[np.ix_(swap, swap)]])
+
+    def canonicalise(x, reference):
+        swapped = x[:, swap]
+        nearer = (np.sum((swapped - reference) ** 2, axis=1)
+                  < np.sum((x - reference) ** 2, axis=1))
+        return np.where(nearer[:, None], swapped, x)
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(0.0, 1.0, size=(400, 3))
+    log_prior, log_likelihood = log_density(x)
+    threshold = np.quantile(log_likelihood, 0.3)
+    keep = log_likelihood > threshold
+    reference = x[np.argmax(log_likelihood)]
+    x = canonicalise(x[keep], reference)
+    log_prior, log_likelihood = log_prior[keep], log_likelihood[keep]
+    clusters = _fit_clusters(x, 1, 0, reference)
+    start = x
+    for _ in range(10):
+        x, log_prior, log_likelihood, *_ = _slice_move(
+            rng, x, log_prior, log_likelihood, threshold, clusters, _assign(clusters, x),
+            log_density, canonicalise)
+        np.testing.assert_array_equal(canonicalise(x, reference), x)
+    assert np.all(log_likelihood > threshold)
+    assert np.mean(np.any(x != start, axis=1)) > 0.9
+
+
 def test_flat_likelihood_stops_on_the_plateau():
     def log_density(x):
         return -0.5 * np.sum(x**2, axis=1) - np.log(2 * np.pi), np.full(len(x), -1.5)

@@ -252,22 +252,24 @@ def test_mlp_layers_alignment_keeps_the_evidence(units3):
 
 
 def test_align_moves_particles_to_equivalent_points():
-    """Aligned particles have the log density and gradients the density computes there, and
-    their hidden units are nearer the reference's than before."""
+    """Aligned particles have the log density and gradients the density computes there, their
+    hidden units are nearer the reference's than before, and each is its own nearest copy."""
     from pymc_evidence import kernels
     from pymc_evidence.density import get_density
     from pymc_evidence.estimators._tempering import align_population
+    from pymc_evidence.symmetry import is_nearest_copy
 
     density = get_density(testing.robot_arm_mlp(2))
     state = kernels.init(density, density.prior_draws(np.random.default_rng(0), 16))
-    weights = np.ones(16)
-    aligned = align_population(density, [testing.ROBOT_ARM_LAYER], state, weights)
+    layers, reference = [testing.ROBOT_ARM_LAYER], state.position[0]
+    assert not is_nearest_copy(density, layers, reference, state.position).all()
+    aligned = align_population(density, layers, state, reference)
+    assert is_nearest_copy(density, layers, reference, aligned.position).all()
     again = kernels.init(density, aligned.position)
     np.testing.assert_allclose(aligned.log_likelihood, again.log_likelihood, rtol=1e-10)
     np.testing.assert_allclose(aligned.log_prior, again.log_prior, rtol=1e-10)
     np.testing.assert_allclose(aligned.grad_log_likelihood, again.grad_log_likelihood,
                                rtol=1e-8, atol=1e-8)
-    reference = state.position[0]
     before = np.linalg.norm(state.position - reference, axis=1)
     after = np.linalg.norm(aligned.position - reference, axis=1)
     assert np.all(after <= before + 1e-12) and np.any(after < before - 1e-6)

@@ -32,8 +32,10 @@ Two additions to BlackJAX:
 * **Symmetries**: ``canonicalise`` maps points to one copy of a symmetric posterior (an MLP's
   permuted hidden units), the copy nearest the live point of highest likelihood at the latest
   cluster fit, before covariances and clusters are estimated; chains start from the canonical
-  copy of their starting point. Following the best point keeps the copies' borders away from
-  the region the live points are contracting on.
+  copy of their starting point and move only among canonical points (moves into another copy
+  are rejected: the directions, taken from the canonical points, are not symmetric, and
+  crossing would change the law of the copies the live points represent). Following the best
+  point keeps the copies' borders away from the region the live points are contracting on.
 
 The evidence uses the trapezoid rule on the expected log-volumes; its error bar comes from
 simulating the volumes (Higson et al. 2018, "Sampling errors in nested sampling parameter
@@ -207,10 +209,12 @@ def nested_core(
     canonicalise : callable, optional
         ``canonicalise(X, reference) -> X'`` maps points to their copy, under a symmetry of the
         model, nearest ``reference`` (d,) (it must leave ``log_density`` unchanged, which is
-        checked on the initial live points, and be a projection for a fixed reference). The
-        reference is the live point of highest likelihood at each cluster fit; covariances and
-        clusters are estimated on the canonical copies and chains start from them. The kernel
-        is exact without it; with it, exact as the moves mix within a copy.
+        checked on the initial live points, and give every copy of a point the same result,
+        e.g. the copy nearest the reference). The reference is the live point of highest
+        likelihood at each cluster fit; covariances and clusters are estimated on the
+        canonical copies, chains start from them and their moves stay among canonical points
+        (the fixed points of ``canonicalise``, one copy of each point): exact with or without
+        it.
     max_steps : int, optional
         Stop after this many steps in all (counting those of a continued run).
     n_volume_samples : int, default 100
@@ -612,11 +616,17 @@ def _slice_move(rng, x, log_prior, log_likelihood, threshold, clusters, labels, 
 
 def _in_slice(points, labels, log_height, threshold, clusters, log_density, canonicalise):
     """Which points lie in their chain's slice, their densities (−inf where not evaluated) and
-    the number evaluated; points outside their cell are rejected without evaluating them."""
+    the number evaluated; points outside their cell, or (with ``canonicalise``) not their own
+    canonical copy, are rejected without evaluating them."""
     in_cell = np.ones(len(points), dtype=bool)
-    if len(clusters.mean) > 1:
+    if canonicalise is not None or len(clusters.mean) > 1:
         canonical = _canonical(canonicalise, points, clusters.reference)
-        in_cell = _assign(clusters, canonical) == labels
+        # Chains start from canonical copies and must stay among them: the slice directions
+        # come from the canonical points, so a move into another copy does not keep the
+        # constrained prior's law over the copies (symmetry.is_nearest_copy).
+        in_cell = np.all(canonical == points, axis=1)
+        if len(clusters.mean) > 1:
+            in_cell &= _assign(clusters, canonical) == labels
     log_prior = np.full(len(points), -np.inf)
     log_likelihood = np.full(len(points), -np.inf)
     if in_cell.any():

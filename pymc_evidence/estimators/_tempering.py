@@ -9,6 +9,7 @@ ladder; it records per stage what :mod:`._stepping_stone` combines into the evid
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -17,7 +18,7 @@ from scipy.special import logsumexp
 
 from pymc_evidence import _compat, kernels
 from pymc_evidence.density import check_prior_draws
-from pymc_evidence.symmetry import alignment_map
+from pymc_evidence.symmetry import alignment_map, is_nearest_copy
 
 __all__ = ["power_ladder", "Stage", "Round", "run_round", "align_population", "final_draws"]
 
@@ -126,15 +127,14 @@ def _take(state: kernels.HMCState, index: np.ndarray) -> kernels.HMCState:
 
 
 
-def align_population(density, layers, state: kernels.HMCState, weights: np.ndarray) -> kernels.HMCState:
-    """Move every particle to its copy (under the MLP layers' symmetries) nearest the heaviest.
+def align_population(density, layers, state: kernels.HMCState, reference: np.ndarray) -> kernels.HMCState:
+    """Move every particle to its copy (under the MLP layers' symmetries) nearest ``reference``.
 
     The copies have the same density, so the move keeps every tempered target invariant; after
     it the population's covariance describes one copy of the posterior's modes instead of the
     spread over all 2^h·h! of them, and the metric built from it allows far longer steps.
     The symmetries are signed permutations, so gradients move with the positions.
     """
-    reference = state.position[np.argmax(weights)]
     index, signs = alignment_map(density, layers, reference, state.position)
 
     def move(values):
@@ -209,8 +209,11 @@ def run_round(
             state = _take(state, index)
 
         weights = np.exp(log_weights.ravel())
+        support = None
         if round_settings["layers"]:
-            state = align_population(density, round_settings["layers"], state, weights)
+            layers, reference = round_settings["layers"], state.position[np.argmax(weights)]
+            state = align_population(density, layers, state, reference)
+            support = functools.partial(is_nearest_copy, density, layers, reference)
         metric = kernels.Metric.from_population(
             state.position, weights / weights.sum(), round_settings["dense_mass"],
             gradients=state.grad_log_prior + lam * state.grad_log_likelihood,
@@ -219,7 +222,7 @@ def run_round(
             step_size, n_transitions = tuning[k].step_size, tuning[k].suggested_transitions
         state, move = kernels.mutate(
             rng, state, density, lam, metric, step_size, n_transitions=n_transitions,
-            **round_settings["kernel"],
+            support=support, **round_settings["kernel"],
         )
         step_size, n_transitions = move.step_size, move.suggested_transitions
         ll = state.log_likelihood.reshape(G, n)

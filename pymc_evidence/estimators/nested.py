@@ -29,7 +29,7 @@ from pymc_evidence.estimators._nested_core import (
 from pymc_evidence.estimators._stepping_stone import lognormal_se
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
 from pymc_evidence.results import NestedResult, warn
-from pymc_evidence.symmetry import MLPLayer, align_units, resolve_layers
+from pymc_evidence.symmetry import MLPLayer, align_units, resolve_layers, sampling_layers
 
 __all__ = ["nested"]
 
@@ -132,8 +132,9 @@ def nested(
         The model's MLP hidden layers (see :class:`~pymc_evidence.MLPLayer`). Each run maps
         points, under the layers' sign-flip and permutation symmetries, to their copy nearest
         its live point of highest likelihood (chosen again at every cluster fit) before the
-        live points' covariances and clusters are estimated, and chains start from these
-        copies: the likelihood is unchanged, but the slice directions then fit one copy of
+        live points' covariances and clusters are estimated; chains start from these copies
+        and stay in their domain (with several layers, the one with the most copies is
+        aligned): the likelihood is unchanged, but the slice directions then fit one copy of
         the posterior's modes instead of spanning all of them. ``"auto"``: the layers
         recognised in the model's graph (an activation of ``x @ W + b`` whose outputs go on
         through ``@ V``, or whose output weights the model integrates out) whose units
@@ -405,7 +406,7 @@ def _canonicaliser(density, mlp_layers):
     layers."""
     if not mlp_layers:
         return None
-    layers = [MLPLayer(**layer) for layer in mlp_layers]
+    layers = sampling_layers(density, [MLPLayer(**layer) for layer in mlp_layers])
 
     def canonicalise(X, reference):
         return align_units(density, layers, reference, X)
