@@ -1,6 +1,7 @@
 """Thermodynamic chaining against exact evidences: each estimate within 3 reported SE and a cap."""
 
 import numpy as np
+import pymc as pm
 import pytest
 
 import pymc_evidence as pm_evidence
@@ -249,6 +250,23 @@ def test_mlp_layers_alignment_keeps_the_evidence(units3):
     )
     assert_close_to_exact(result, exact)
     assert result.settings["mlp_layers"][0]["weights"] == "W"
+
+
+def test_of_several_layers_the_one_with_most_copies_is_aligned():
+    from pymc_evidence.density import get_density
+    from pymc_evidence.symmetry import MLPLayer, sampling_layers
+
+    x = np.linspace(-1, 1, 8)[:, None]
+    with pm.Model() as model:
+        w1, b1 = pm.Normal("w1", 0, 1, shape=(1, 2)), pm.Normal("b1", 0, 1, shape=2)
+        w2, b2 = pm.Normal("w2", 0, 1, shape=(2, 3)), pm.Normal("b2", 0, 1, shape=3)
+        v = pm.Normal("v", 0, 1, shape=3)
+        hidden = pm.math.tanh(pm.math.tanh(x @ w1 + b1) @ w2 + b2)
+        pm.Normal("y", hidden @ v, 0.1, observed=np.sin(3 * x[:, 0]))
+    first, second = MLPLayer("w1", output="w2", bias="b1"), MLPLayer("w2", output="v", bias="b2")
+    density = get_density(model)
+    assert sampling_layers(density, [first, second]) == [second]  # 2³·3! = 48 copies, not 8
+    assert sampling_layers(density, [first]) == [first]
 
 
 def test_align_moves_particles_to_equivalent_points():
