@@ -325,6 +325,9 @@ def mutate(
     ``max_transitions``) — for the next run at a nearby temperature to use: a non-anticipating
     choice that keeps every run's kernel fixed.
 
+    With ``support`` (see :func:`hmc_step`) every transition targets the tempered posterior
+    restricted to that set.
+
     The step size adapts to ``target_accept`` after every transition. The number of leapfrog
     steps is drawn uniformly around ``trajectory_length / step_size`` (±50 %, at most
     ``max_leapfrog``): in units of the metric a Gaussian target is isotropic, and a random

@@ -127,13 +127,15 @@ def _take(state: kernels.HMCState, index: np.ndarray) -> kernels.HMCState:
 
 
 
-def align_population(density, layers, state: kernels.HMCState, reference: np.ndarray) -> kernels.HMCState:
+def align_population(density, layers, state: kernels.HMCState,
+                     reference: np.ndarray) -> kernels.HMCState:
     """Move every particle to its copy (under the MLP layers' symmetries) nearest ``reference``.
 
     The copies have the same density, so the move keeps every tempered target invariant; after
     it the population's covariance describes one copy of the posterior's modes instead of the
     spread over all 2^h·h! of them, and the metric built from it allows far longer steps.
-    The symmetries are signed permutations, so gradients move with the positions.
+    The symmetries are signed permutations, so gradients move with the positions. The moves
+    that follow must stay in the reference's domain (``symmetry.is_nearest_copy``).
     """
     index, signs = alignment_map(density, layers, reference, state.position)
 

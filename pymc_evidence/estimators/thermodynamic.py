@@ -149,7 +149,7 @@ def thermodynamic(
         The model's MLP hidden layers (see :class:`~pymc_evidence.MLPLayer`). Before each rung's
         moves every particle is mapped to its copy, under the layers' sign-flip and permutation
         symmetries, nearest the heaviest particle, and the rung's moves stay in that copy's
-        domain (:func:`~pymc_evidence.symmetry.is_nearest_copy`; with several layers, the one
+        domain (``symmetry.is_nearest_copy``; with several layers, the one
         with the most copies is aligned): the density is unchanged, but the mass
         matrix then fits one copy of the modes rather than all of them (on the robot-arm MLP
         with h = 4 the step size doubles and the groups' estimates, 90 nats apart without it,
