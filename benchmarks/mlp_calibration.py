@@ -3,16 +3,20 @@
 For each MLP, ``pm_evidence.thermodynamic(model, random_seed=s)`` with every default over
 several seeds (the layers are recognised in the graph, hence the MLP ladder
 ``target_cess=0.95`` and the effort check), against a reference that does not share chaining's
-failure modes at these settings:
+failure modes:
 
+* on Liang's MLPs, importance sampling (role "importance", :mod:`_importance`): a proposal
+  fitted to posterior draws and made symmetric over the units' signed permutations, with the
+  prior as a defensive component — no tempering, no constrained moves, no alignment;
 * chaining with 8 times the particles of the default first round (4 groups of 2048), the MLP's
   layers given, the effort check off (two seeds), and
 * nested sampling (``pm_evidence.nested``, the layers given): four runs at its defaults and
   (role "nested 8x") two with eight times the live points,
 
-combined by inverse variance. Every fit's error is reported in units of its own SE (the
-reference's SE added in quadrature), and the same seeds with twice the particles
-(``n_particles=512``) show whether the estimate still moves with effort. On the robot arm the
+the last two shown against the first where it was run, otherwise combined by inverse
+variance. Every fit's error is reported in units of its own SE (the reference's SE added in
+quadrature), and the same seeds with twice the particles (``n_particles=512``) show whether the
+estimate still moves with effort. On the robot arm the
 "ladder 0.8" roles repeat the fits and their doubling with ``target_cess=0.8``, the ladder of
 every model without MLP layers, to show what the finer one changes; "ladder 0.8, chaining 8x"
 is the long chaining at that ladder, shown but not part of the reference. On Liang's MLP the
@@ -51,6 +55,8 @@ import pymc_evidence as pm_evidence
 from pymc_evidence import MLPLayer
 from pymc_evidence.testing import ROBOT_ARM_LAYER, liang_data, liang_mlp, robot_arm_mlp
 
+from _importance import importance_log_evidence  # this directory, first on sys.path when run
+
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "benchmarks" / "results" / "mlp_calibration.csv"
 MARKDOWN = CSV.with_suffix(".md")
@@ -60,7 +66,7 @@ CASES = {
        for h in (1, 2, 3, 4)},
     **{f"robot arm h={h}": (lambda h=h: robot_arm_mlp(h), ROBOT_ARM_LAYER) for h in (1, 2, 3, 4)},
 }
-ROLES = ("defaults", "doubled", "chaining 8x", "nested", "nested 8x", "ladder 0.8",
+ROLES = ("defaults", "doubled", "importance", "chaining 8x", "nested", "nested 8x", "ladder 0.8",
          "ladder 0.8, doubled", "ladder 0.8, chaining 8x", "unaligned", "unaligned, doubled")
 #: The settings calibrated: fits, the same seeds with twice the particles, and a short label.
 SETTINGS = {"defaults": ("doubled", "defaults"),
@@ -84,6 +90,9 @@ def run_role(role: str, model, layer, seeds: range, dim: int):
             yield {"seed": run, "log_z": log_z, "se": se, "seconds": seconds,
                    "effort": "", "warnings": " | ".join(result.warnings)}
         return
+    if role == "importance":
+        yield from _importance_rows(model, layer)
+        return
     long = dict(n_particles=2048, mlp_layers=layer, effort_check=False, target_se=None)
     options = {
         "defaults": dict(),
@@ -104,6 +113,24 @@ def run_role(role: str, model, layer, seeds: range, dim: int):
         yield {"seed": seed, "log_z": result.log_evidence, "se": result.se,
                "seconds": time.perf_counter() - begun, "effort": effort,
                "warnings": " | ".join(result.warnings)}
+
+
+def _importance_rows(model, layer):
+    """Two importance-sampling estimates (:mod:`_importance`), each with its own proposal
+    fitted to a chaining run's λ = 1 particles."""
+    density = pm_evidence.get_density(model)
+    shapes = {k: v.shape[1:] for k, v in density.split(np.zeros((1, density.dim))).items()}
+    for seed in (1, 2):
+        begun = time.perf_counter()
+        pilot = pm_evidence.thermodynamic(model, mlp_layers=layer, effort_check=False,
+                                          target_se=None, random_seed=1000 + seed,
+                                          progressbar=False, cores=1)
+        draws = density.from_constrained(
+            {k: v.reshape((-1,) + v.shape[2:]) for k, v in pilot.posterior.items()})
+        log_z, se, ess = importance_log_evidence(density, layer, layer.hidden_units(shapes),
+                                                 draws, np.random.default_rng(seed))
+        yield {"seed": seed, "log_z": log_z, "se": se, "seconds": time.perf_counter() - begun,
+               "effort": "", "warnings": f"ESS {ess:.0f} of {400_000}"}
 
 
 def main(argv=None) -> int:
@@ -175,14 +202,22 @@ def pooled(runs: pd.DataFrame) -> tuple[float, float]:
 
 
 def reference(rows: pd.DataFrame):
-    """(log Z, SE, note): chaining 8x and nested sampling (its runs at the default and at 8
-    times the live points pooled separately, then combined) combined by inverse variance, or
-    the one that exists; the note gives nested minus chaining in their combined SE."""
+    """(log Z, SE, note). Importance sampling where it was run: it shares nothing with the
+    fits (no tempering, no constrained moves, no alignment), and the note gives how far long
+    chaining and nested sampling sit from it, in their combined SE. Elsewhere chaining 8x and
+    nested sampling (its runs at the default and at 8 times the live points pooled
+    separately, then combined), combined by inverse variance, or the one that exists; the
+    note gives nested minus chaining in their combined SE."""
     parts = {role: pooled(rows[rows["role"] == role])
              for role in ("chaining 8x", "nested", "nested 8x") if (rows["role"] == role).any()}
     nested = [parts.pop(role) for role in ("nested", "nested 8x") if role in parts]
     if nested:
         parts["nested"] = _inverse_variance(nested)
+    if (rows["role"] == "importance").any():
+        value, se = pooled(rows[rows["role"] == "importance"])
+        others = [f"{role} {(v - value) / np.hypot(s, se):+.1f} SE"
+                  for role, (v, s) in parts.items()]
+        return value, se, "IS" + "".join(f"; {other}" for other in others)
     if not parts:
         return np.nan, np.nan, "no reference"
     if len(parts) == 1:
@@ -212,7 +247,7 @@ def _setting_row(fits, doubled, ref, ref_se, note, label) -> str:
     if np.isnan(ref):
         calibration = f" | {note} | {label} | {mean:.2f} | {fits['se'].median():.2f} |  |  |  | "
     else:
-        calibration = (f"{ref:.2f} ± {ref_se:.2f} | {note} | {label} | {mean:.2f} | "
+        calibration = (f"{ref:.3f} ± {ref_se:.3f} | {note} | {label} | {mean:.2f} | "
                        f"{fits['se'].median():.2f} | {np.abs(z).mean():.2f} | "
                        f"{np.abs(z).max():.2f} | {int((np.abs(z) <= 2).sum())}/{len(z)} | "
                        f"{z.mean():+.2f}")
@@ -233,19 +268,23 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "Defaults: `thermodynamic(model, random_seed=s)` (s = 1…5), every other argument at "
         "its default: the layers recognised in the graph (on Liang's MLP one whose output "
         "weights are integrated out), hence the MLP ladder `target_cess=0.95` and the effort "
-        "check. `target_cess=0.8` rows: the robot arm's fits with that ladder; "
+        "check. `target_cess=0.8` rows, where run: the robot arm's fits with that ladder; "
         "`mlp_layers=None` rows: Liang's without alignment (hence also the general ladder 0.8 "
-        "and no effort check), for comparison. Reference: chaining with 4 groups of 2048 "
-        "particles at the defaults' ladder and the layers given (two seeds), and nested "
-        "sampling with the layers given, four runs at its defaults and, where run, two with 8 "
-        "times the live points, each pooled (mean log Z; SE the larger of the fits' own errors "
-        "combined and their spread) and combined by inverse variance; 'agree' is nested minus "
-        "chaining in their combined SE. z: a fit's error against the reference in units of "
+        "and no effort check), for comparison. Reference (on Liang's MLPs): importance "
+        "sampling, two estimates of 400,000 draws from a symmetrised t mixture fitted to "
+        "posterior draws (`benchmarks/_importance.py`), which shares nothing with the fits; "
+        "'others' gives how far long chaining (4 groups of 2048 particles at the defaults' "
+        "ladder, the layers given, two seeds) and nested sampling (the layers given; four runs "
+        "at its defaults and, where run, two with 8 times the live points) sit from it, in "
+        "their combined SE. Elsewhere those two, each pooled (mean log Z; SE the larger of the "
+        "fits' own errors combined and their spread), are combined by inverse variance, and "
+        "'others' is nested minus chaining in their combined SE. z: a fit's error against the "
+        "reference in units of "
         "its own SE and the reference's in quadrature. Doubled: the same seeds and ladder with "
         "`n_particles=512`; 'moved' is the doubled fits' mean minus the fits' in their combined "
         "SE. Seconds: mean per fit, one core (often shared with another benchmark).",
         "",
-        "| model | d | reference | agree | setting | mean log Z | median SE | mean \\|z\\| "
+        "| model | d | reference | others | setting | mean log Z | median SE | mean \\|z\\| "
         "| max \\|z\\| | within 2 SE | mean z | effort checks (moved) | doubled: moved "
         "| s per fit |",
         "|---|--:|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
