@@ -25,6 +25,8 @@ from pymc_evidence.symmetry import align_units, transform_units
 
 #: Mixture components, t degrees of freedom, covariance inflation, defensive prior share.
 COMPONENTS, DF, INFLATE, DEFENSIVE = 4, 5.0, 1.3, 0.1
+#: Importance draws per estimate.
+N_DRAWS = 400_000
 
 
 def symmetry_group(density, layer, hidden_units: int) -> list:
@@ -91,7 +93,7 @@ class _Proposal:
 
 
 def importance_log_evidence(density, layer, hidden_units, posterior_draws, rng,
-                            n_draws=400_000, chunk=20_000):
+                            n_draws=N_DRAWS, chunk=20_000):
     """(log Ẑ, SE, ESS) by importance sampling; ``posterior_draws`` (m×d, unconstrained)
     shape the proposal."""
     log_prior, log_likelihood = density.log_densities(posterior_draws)

@@ -55,7 +55,7 @@ import pymc_evidence as pm_evidence
 from pymc_evidence import MLPLayer
 from pymc_evidence.testing import ROBOT_ARM_LAYER, liang_data, liang_mlp, robot_arm_mlp
 
-from _importance import importance_log_evidence  # this directory, first on sys.path when run
+from _importance import N_DRAWS, importance_log_evidence  # this directory: first on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "benchmarks" / "results" / "mlp_calibration.csv"
@@ -66,6 +66,9 @@ CASES = {
        for h in (1, 2, 3, 4)},
     **{f"robot arm h={h}": (lambda h=h: robot_arm_mlp(h), ROBOT_ARM_LAYER) for h in (1, 2, 3, 4)},
 }
+#: Where importance sampling is a reference: on the robot arm the gamma hyperpriors put the
+#: posterior far from a t mixture (ESS 220 of 100,000 at h = 1).
+IMPORTANCE_CASES = [name for name in CASES if name.startswith("Liang")]
 ROLES = ("defaults", "doubled", "importance", "chaining 8x", "nested", "nested 8x", "ladder 0.8",
          "ladder 0.8, doubled", "ladder 0.8, chaining 8x", "unaligned", "unaligned, doubled")
 #: The settings calibrated: fits, the same seeds with twice the particles, and a short label.
@@ -130,7 +133,7 @@ def _importance_rows(model, layer):
         log_z, se, ess = importance_log_evidence(density, layer, layer.hidden_units(shapes),
                                                  draws, np.random.default_rng(seed))
         yield {"seed": seed, "log_z": log_z, "se": se, "seconds": time.perf_counter() - begun,
-               "effort": "", "warnings": f"ESS {ess:.0f} of {400_000}"}
+               "effort": "", "warnings": f"ESS {ess:.0f} of {N_DRAWS}"}
 
 
 def main(argv=None) -> int:
@@ -157,6 +160,8 @@ def main(argv=None) -> int:
         model = build()
         dim = pm_evidence.get_density(model).dim
         for role in args.roles:
+            if role == "importance" and name not in IMPORTANCE_CASES:
+                continue
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
                 for row in run_role(role, model, layer, seeds, dim):
@@ -185,6 +190,8 @@ def _merged_frames(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     keys = ["case", "role", "seed"]
     keep = ~old.set_index(keys).index.isin(new.set_index(keys).index)
     table = pd.concat([old[keep], new], ignore_index=True)
+    if table.empty:
+        return table
     # concatenating with an empty frame turns integer columns into floats
     table[["dim", "seed"]] = table[["dim", "seed"]].astype(int)
     order = {name: i for i, name in enumerate(CASES)}
