@@ -122,7 +122,7 @@ def _importance_rows(model, layer):
     """Two importance-sampling estimates (:mod:`_importance`), each with its own proposal
     fitted to a chaining run's λ = 1 particles."""
     density = pm_evidence.get_density(model)
-    shapes = {k: v.shape[1:] for k, v in density.split(np.zeros((1, density.dim))).items()}
+    shapes = dict(zip(density.names, density.shapes))
     for seed in (1, 2):
         begun = time.perf_counter()
         pilot = pm_evidence.thermodynamic(model, mlp_layers=layer, effort_check=False,

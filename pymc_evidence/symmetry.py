@@ -504,7 +504,7 @@ def sampling_layers(density, layers: list[MLPLayer]) -> list[MLPLayer]:
     """
     if len(layers) <= 1:
         return list(layers)
-    shapes = {k: v.shape[1:] for k, v in density.split(np.zeros((1, density.dim))).items()}
+    shapes = dict(zip(density.names, density.shapes))
     return [max(layers, key=lambda layer: mlp_symmetry(layer.hidden_units(shapes),
                                                        layer.activation))]
 
