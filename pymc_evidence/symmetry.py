@@ -16,8 +16,11 @@ optimisations that landed on copies of one mode are merged rather than counted t
 
 from __future__ import annotations
 
+import itertools
 import math
+import weakref
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -392,6 +395,22 @@ def _unit_matrix(values: dict, layer: MLPLayer) -> tuple[np.ndarray, np.ndarray]
     return incoming, outgoing
 
 
+#: Per density, the flat coordinates of each layer's units (:func:`_unit_coordinates`): samplers
+#: align thousands of small batches, and splitting the point layout each time dominated.
+_COORDINATES = weakref.WeakKeyDictionary()
+
+
+def _unit_coordinates(density, layer: MLPLayer) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_unit_matrix` of the coordinates' indices: ``x[incoming]`` and ``x[outgoing]``
+    are the units of a flat point ``x``."""
+    layers = _COORDINATES.setdefault(density, {})
+    if layer not in layers:
+        coordinates = {k: v[0].astype(int)
+                       for k, v in density.split(np.arange(density.dim, dtype=float)[None]).items()}
+        layers[layer] = _unit_matrix(coordinates, layer)
+    return layers[layer]
+
+
 def transform_units(
     density, layer: MLPLayer, x: np.ndarray, permutation, signs=None
 ) -> np.ndarray:
@@ -451,17 +470,16 @@ def alignment_map(density, layers: list[MLPLayer], reference: np.ndarray, x: np.
     """
     x = np.asarray(x, float)
     points = np.atleast_2d(x)
+    reference = np.asarray(reference, float)
     m, d = points.shape
     rows = np.arange(m)[:, None]
-    ref_values = {k: v[0] for k, v in density.split(np.asarray(reference, float)[None]).items()}
-    coordinates = {k: v[0].astype(int)
-                   for k, v in density.split(np.arange(d, dtype=float)[None]).items()}
     index, signs = np.tile(np.arange(d), (m, 1)), np.ones((m, d))
     for layer in layers:
         current = signs * points[rows, index]
-        incoming, outgoing = _unit_matrix(coordinates, layer)
+        incoming, outgoing = _unit_coordinates(density, layer)
         permutation, flips = _match_units(
-            _unit_matrix(ref_values, layer), (current[:, incoming], current[:, outgoing]), layer
+            (reference[incoming], reference[outgoing]),
+            (current[:, incoming], current[:, outgoing]), layer
         )
         # Unit j of the result is unit permutation[j] of the current point, times flips[j].
         new_index, new_signs = index.copy(), signs.copy()
@@ -521,16 +539,41 @@ def _match_units(reference_units, units, layer: MLPLayer):
         flip_cost = _sq_dist(ref_units, np.concatenate([-x_in, out_sign * x_out], axis=2))
         cost = np.minimum(plain, flip_cost)
     m, h = cost.shape[:2]
-    permutation = np.empty((m, h), dtype=int)
-    for row, point_cost in enumerate(cost):
-        units_ref, units_x = linear_sum_assignment(point_cost)
-        permutation[row] = units_x[np.argsort(units_ref)]
+    permutation = _assignment(cost)
     signs = np.ones((m, h))
     if layer.sign_flips is not None:
         rows, units_range = np.arange(m)[:, None], np.arange(h)[None, :]
         signs = np.where(flip_cost[rows, units_range, permutation]
                          < plain[rows, units_range, permutation], -1.0, 1.0)
     return permutation, signs
+
+
+#: Up to this many hidden units every permutation is tried at once for all points (24 at 4);
+#: beyond it, one Hungarian assignment per point (a Python loop, slower for small layers).
+_ENUMERATED_UNITS = 4
+
+
+def _assignment(cost: np.ndarray) -> np.ndarray:
+    """(m, h) optimal assignments of a batch of cost matrices (m, h, h): row ``j`` of the
+    result gives, for each reference unit ``i``, the unit ``permutation[j, i]`` of point ``j``
+    that minimises the summed cost."""
+    m, h = cost.shape[:2]
+    if h <= _ENUMERATED_UNITS:
+        candidates = _permutations(h)
+        total = np.zeros((m, len(candidates)))
+        for unit in range(h):
+            total += cost[:, unit, candidates[:, unit]]
+        return candidates[np.argmin(total, axis=1)]
+    permutation = np.empty((m, h), dtype=int)
+    for row, point_cost in enumerate(cost):
+        # A square cost matrix's row indices come back as arange(h).
+        permutation[row] = linear_sum_assignment(point_cost)[1]
+    return permutation
+
+
+@lru_cache(maxsize=None)
+def _permutations(h: int) -> np.ndarray:
+    return np.array(list(itertools.permutations(range(h))), dtype=int).reshape(-1, h)
 
 
 def _sq_dist(reference: np.ndarray, units: np.ndarray) -> np.ndarray:

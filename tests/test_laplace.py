@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from itertools import permutations
 
 import numpy as np
 import pymc as pm
@@ -15,7 +16,7 @@ from pymc_evidence import _optimize
 from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceWarning
 from pymc_evidence.symmetry import (
-    MLPLayer, align_units, detect_mlp_layers, resolve_layers, suggested_layers,
+    MLPLayer, _assignment, align_units, detect_mlp_layers, resolve_layers, suggested_layers,
     transform_units,
 )
 from pymc_evidence.testing import liang_data, liang_mlp
@@ -198,6 +199,18 @@ def test_align_units_batch_maps_copies_back_point_by_point(mlp_mode):
     np.testing.assert_allclose(aligned, points, atol=1e-12)
     np.testing.assert_array_equal(align_units(density, [LAYER], x, aligned), aligned)
     np.testing.assert_array_equal(aligned[2], align_units(density, [LAYER], x, copies[2]))
+
+
+@pytest.mark.parametrize("h", [1, 2, 4, 5, 6])
+def test_unit_assignment_is_optimal_for_every_point(h):
+    # up to four units by trying every permutation at once, beyond by the Hungarian algorithm
+    cost = np.random.default_rng(h).random((50, h, h))
+    assigned = _assignment(cost)
+    units = np.arange(h)
+    best = [min(c[units, list(p)].sum() for p in permutations(units)) for c in cost]
+    np.testing.assert_allclose([c[units, a].sum() for c, a in zip(cost, assigned)], best,
+                               rtol=1e-12)
+    assert all(sorted(a) == list(units) for a in assigned.tolist())
 
 
 def test_symmetric_copies_are_merged(mlp, mlp_mode):
