@@ -272,10 +272,11 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         f"{platform.python_version()}, PyMC {pm.__version__}, {os.cpu_count()} cores); rows "
         "of models and roles not rerun are kept from earlier invocations.",
         "",
-        "Defaults: `thermodynamic(model, random_seed=s)` (s = 1…5), every other argument at "
-        "its default: the layers recognised in the graph (on Liang's MLP one whose output "
-        "weights are integrated out), hence the MLP ladder `target_cess=0.95` and the effort "
-        "check. `target_cess=0.8` rows, where run: the robot arm's fits with that ladder; "
+        "Defaults: `thermodynamic(model, random_seed=s)` (s = 1, 2, …; the table counts the "
+        "fits), every other argument at its default: the layers recognised in the graph (on "
+        "Liang's MLP one whose output weights are integrated out), hence the MLP ladder "
+        "`target_cess=0.95` and the effort check. `target_cess=0.8` rows, where run: the "
+        "robot arm's fits with that ladder; "
         "`mlp_layers=None` rows: Liang's without alignment (hence also the general ladder 0.8 "
         "and no effort check), for comparison. Reference (on Liang's MLPs): importance "
         "sampling, two estimates of 400,000 draws from a symmetrised t mixture fitted to "
