@@ -241,11 +241,28 @@ def _inverse_variance(estimates) -> tuple[float, float]:
     return float(np.dot(weights, values) / weights.sum()), float(weights.sum() ** -0.5)
 
 
+def level_chi_square(efforts: pd.Series) -> tuple[float, int]:
+    """Chi-square of the effort checks' first two levels against each other, and the number of
+    pairs: Σ (log Z₁ − log Z₂)² / (SE₁² + SE₂²). The two levels of a fit are independent runs
+    (their own seeds, 256 and 512 particles per group), so this tests their SEs without any
+    reference; it is about the number of pairs when the SEs are honest."""
+    chi_square, pairs = 0.0, 0
+    for effort in efforts.fillna(""):
+        levels = [level.split(":")[1].split("±") for level in effort.split()]
+        if len(levels) > 1:
+            (a, a_se), (b, b_se) = (map(float, level) for level in levels[:2])
+            chi_square += (a - b) ** 2 / (a_se ** 2 + b_se ** 2)
+            pairs += 1
+    return chi_square, pairs
+
+
 def _setting_row(fits, doubled, ref, ref_se, note, label) -> str:
     """The table's cells after the model's for one setting's fits against the reference."""
     z = (fits["log_z"] - ref) / np.hypot(fits["se"], ref_se)
     levels = fits["effort"].fillna("").str.split()
     checked, moved = int((levels.str.len() > 1).sum()), int((levels.str.len() > 2).sum())
+    chi_square, pairs = level_chi_square(fits["effort"])
+    level_cell = f"{chi_square:.1f} / {pairs}" if pairs else ""
     doubling = ""
     if not doubled.empty:
         (a, a_se), (b, b_se) = pooled(fits), pooled(doubled)
@@ -258,7 +275,7 @@ def _setting_row(fits, doubled, ref, ref_se, note, label) -> str:
                        f"{fits['se'].median():.2f} | {np.abs(z).mean():.2f} | "
                        f"{np.abs(z).max():.2f} | {int((np.abs(z) <= 2).sum())}/{len(z)} | "
                        f"{z.mean():+.2f}")
-    return (f"{calibration} | {checked}/{len(fits)} ({moved}) | {doubling} | "
+    return (f"{calibration} | {checked}/{len(fits)} ({moved}) | {level_cell} | {doubling} | "
             f"{fits['seconds'].mean():.0f} |")
 
 
@@ -290,12 +307,15 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "reference in units of "
         "its own SE and the reference's in quadrature. Doubled: the same seeds and ladder with "
         "`n_particles=512`; 'moved' is the doubled fits' mean minus the fits' in their combined "
-        "SE. Seconds: mean per fit, one core (often shared with another benchmark).",
+        "SE. Levels: the effort checks' first two levels (independent runs with 256 and 512 "
+        "particles per group) against each other, Σ (log Z₁ − log Z₂)² / (SE₁² + SE₂²) over the "
+        "fits, which needs no reference and is about the number of pairs when the SEs are "
+        "honest (levels are stored to 0.01 nats). Seconds: mean per fit, one core (often shared with another benchmark).",
         "",
         "| model | d | reference | others | setting | mean log Z | median SE | mean \\|z\\| "
-        "| max \\|z\\| | within 2 SE | mean z | effort checks (moved) | doubled: moved "
-        "| s per fit |",
-        "|---|--:|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| max \\|z\\| | within 2 SE | mean z | effort checks (moved) | levels: χ² / pairs "
+        "| doubled: moved | s per fit |",
+        "|---|--:|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for name, rows in table.groupby("case", sort=False):
         ref, ref_se, note = reference(rows)
