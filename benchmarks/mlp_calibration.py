@@ -35,6 +35,7 @@ Usage::
     python benchmarks/mlp_calibration.py                          # hours on 2 cores
     python benchmarks/mlp_calibration.py --cases "Liang" --roles defaults doubled
     python benchmarks/mlp_calibration.py --cases "h=2" --roles defaults --seeds 2 --first-seed 4
+    python benchmarks/mlp_calibration.py --cases "h=3" --roles nested --checkpoints /tmp/ckpt
 """
 
 from __future__ import annotations
@@ -77,9 +78,12 @@ SETTINGS = {"defaults": ("doubled", "defaults"),
             "unaligned": ("unaligned, doubled", "`mlp_layers=None`")}
 
 
-def run_role(role: str, model, layer, seeds: range, dim: int):
+def run_role(role: str, model, layer, seeds: range, dim: int, checkpoint=None):
     """Yield one row per fit (per nested run) as it finishes: log Z, SE, seconds, effort-check
-    levels, warnings."""
+    levels, warnings. ``checkpoint(seed)``, if given, names the file a fit (nested: its runs,
+    seed None) saves to and resumes from; seconds then include the earlier sessions'
+    sampling."""
+    checkpoint = checkpoint or (lambda seed: None)
     if role.startswith("nested"):
         begun = time.perf_counter()
         # 8x: eight times nested's default live points, max(100, 25 d), in two runs
@@ -87,8 +91,8 @@ def run_role(role: str, model, layer, seeds: range, dim: int):
         runs, n_live, seed = (2, 8 * max(100, 25 * dim), 11) if eightfold else (4, None, 200)
         result = pm_evidence.nested(model, mlp_layers=layer, n_live=n_live, n_runs=runs,
                                     max_runs=runs, target_se=None, random_seed=seed,
-                                    progressbar=False, cores=1)
-        seconds = (time.perf_counter() - begun) / result.n_runs
+                                    progressbar=False, cores=1, checkpoint=checkpoint(None))
+        seconds = _seconds(begun, result) / result.n_runs
         for run, (log_z, se) in enumerate(zip(result.run_log_evidence, result.run_se)):
             yield {"seed": run, "log_z": log_z, "se": se, "seconds": seconds,
                    "effort": "", "warnings": " | ".join(result.warnings)}
@@ -110,12 +114,17 @@ def run_role(role: str, model, layer, seeds: range, dim: int):
     for seed in range(1, 3) if role.endswith("chaining 8x") else seeds:
         begun = time.perf_counter()
         result = pm_evidence.thermodynamic(model, random_seed=seed, progressbar=False, cores=1,
-                                           **options)
+                                           checkpoint=checkpoint(seed), **options)
         effort = " ".join(f"{p}:{z:.2f}±{s:.2f}" for p, z, s in zip(
             result.effort_particles, result.effort_log_evidence, result.effort_se))
         yield {"seed": seed, "log_z": result.log_evidence, "se": result.se,
-               "seconds": time.perf_counter() - begun, "effort": effort,
+               "seconds": _seconds(begun, result), "effort": effort,
                "warnings": " | ".join(result.warnings)}
+
+
+def _seconds(begun: float, result) -> float:
+    """Wall seconds of this call plus the sampling of earlier sessions of a resumed fit."""
+    return time.perf_counter() - begun + result.timing.get("earlier_sessions", 0.0)
 
 
 def _importance_rows(model, layer):
@@ -148,6 +157,9 @@ def main(argv=None) -> int:
     parser.add_argument("--csv", type=Path, default=CSV,
                         help="where to merge the rows (a second process running at the same "
                         "time needs its own file; merge them with --merge)")
+    parser.add_argument("--checkpoints", type=Path, default=None, metavar="DIR",
+                        help="save every fit to a checkpoint in DIR and resume from it (fits "
+                        "of hours that a session limit may cut)")
     parser.add_argument("--merge", nargs="*", type=Path, default=[],
                         help="CSV files of other processes to merge into --csv before the "
                         "summary is written")
@@ -164,7 +176,8 @@ def main(argv=None) -> int:
                 continue
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
-                for row in run_role(role, model, layer, seeds, dim):
+                for row in run_role(role, model, layer, seeds, dim,
+                                    _checkpoints(args.checkpoints, name, role)):
                     rows.append({"case": name, "dim": dim, "role": role, **row})
                     print(f"{name}: {role}, {row['seed']}: {row['log_z']:.2f} ± {row['se']:.2f} "
                           f"({row['seconds']:.0f} s) {row['effort']}", flush=True)
@@ -178,6 +191,15 @@ def main(argv=None) -> int:
             ["python benchmarks/mlp_calibration.py", *argv])))
         print(MARKDOWN.read_text())
     return 0
+
+
+def _checkpoints(directory: Path | None, name: str, role: str):
+    """``seed -> path`` of the checkpoint of one fit of ``name`` and ``role`` in
+    ``directory``, or None without a directory."""
+    if directory is None:
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    return lambda seed: directory / f"{name} {role} {seed}.ckpt".replace(" ", "_")
 
 
 def _merged(path: Path, new: pd.DataFrame) -> pd.DataFrame:
