@@ -339,11 +339,14 @@ def multistart(
     *,
     progressbar: bool = True,
     desc: str = "optimising",
+    hessian: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> list[Optimum]:
     """Maximise ``objective`` from every row of ``starts``; one :class:`Optimum` per row.
 
-    Starts where the objective is not finite are skipped (reported by the caller through the
-    number of optima returned).
+    L-BFGS, or with ``hessian`` the trust-region Newton method on it
+    (:func:`trust_region_maximize`): from an MLP's prior draws it climbs the curved ridges to
+    the high modes that L-BFGS stops short of, in fewer seconds. Starts where the objective
+    is not finite are skipped (reported by the caller through the number of optima returned).
     """
     optima = []
     iterator = range(len(starts))
@@ -358,7 +361,10 @@ def multistart(
         value, _ = objective(starts[i])
         if not np.isfinite(value):
             continue
-        opt = maximize(objective, starts[i], start=i)
+        if hessian is None:
+            opt = maximize(objective, starts[i], start=i)
+        else:
+            opt = trust_region_maximize(objective, hessian, starts[i], start=i)
         optima.append(opt)
         if bar is not None and np.isfinite(opt.value):
             best = max(best, opt.value)

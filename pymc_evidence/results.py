@@ -233,6 +233,12 @@ class ThermodynamicResult(EvidenceResult):
     effort_particles, effort_log_evidence, effort_se : tuple
         The effort check's levels (particles per group; each level's estimate and SE), the
         first being the groups of ``n_particles``; empty when the check did not run.
+    best_log_joint_from_prior, best_log_joint_from_particles : float
+        The mode search's highest log p(θ, D), optimised from prior draws and from the final
+        particles; NaN when it did not run.
+    unreached_mode_log_evidence : float
+        The Laplace evidence (over the symmetry copies) of a mode the search found above every
+        mode the particles lead to, when it exceeds that of the particles' best; else NaN.
     """
 
     method: ClassVar[str] = "thermodynamic"
@@ -247,6 +253,9 @@ class ThermodynamicResult(EvidenceResult):
     effort_particles: tuple = ()
     effort_log_evidence: tuple = ()
     effort_se: tuple = ()
+    best_log_joint_from_prior: float = np.nan
+    best_log_joint_from_particles: float = np.nan
+    unreached_mode_log_evidence: float = np.nan
 
 
 @dataclass(frozen=True, repr=False)  # keeps the summary as repr

@@ -66,6 +66,11 @@ def test_finished_checkpoint_is_not_rerun_and_guards_settings(model, tmp_path):
     reload_seconds = again.timing["sampling"] - again.timing["earlier_sessions"]
     assert reload_seconds < 0.1 * first.timing["sampling"]
     assert again.timing["earlier_sessions"] == pytest.approx(first.timing["sampling"], rel=0.1)
+    # the mode search reads the finished particles: a checkpoint serves either setting
+    searched = pm_evidence.thermodynamic(model, checkpoint=path, mode_search=4, **OPTIONS)
+    assert searched.log_evidence == first.log_evidence and searched.se == first.se
+    assert searched.best_log_joint_from_prior == pytest.approx(
+        searched.best_log_joint_from_particles, abs=1e-6)
     with pytest.raises(ValueError, match="written by a run with other settings"):
         pm_evidence.thermodynamic(model, checkpoint=path, **dict(OPTIONS, n_particles=128))
     path.write_bytes(b"not a checkpoint")

@@ -67,7 +67,7 @@ def test_arviz_and_netcdf_round_trip(result, tmp_path):
     assert type(loaded) is pm_evidence.ThermodynamicResult and loaded.method == "thermodynamic"
     np.testing.assert_allclose(loaded.diagnostics["log_ratio"], result.diagnostics["log_ratio"])
     np.testing.assert_allclose(loaded.posterior["w"], result.posterior["w"])
-    assert loaded.estimates == result.estimates
+    np.testing.assert_equal(loaded.estimates, result.estimates)  # NaN (no mode search) == NaN
     assert loaded.trace.shape == result.trace.shape
 
 

@@ -324,7 +324,7 @@ def test_an_mlps_layers_are_recognised_and_used_unless_declined():
     """With its layers the MLP also gets the finer adaptive ladder (target_cess="auto")."""
     model = testing.robot_arm_mlp(1)
     options = dict(ladder=[0.0, 1.0], n_particles=16, n_groups=2, max_groups=2, target_se=None,
-                   random_seed=0, progressbar=False)
+                   mode_search=False, random_seed=0, progressbar=False)
     res = pm_evidence.thermodynamic(model, **options)
     assert res.settings["mlp_layers"] == [vars(testing.ROBOT_ARM_LAYER)]
     assert res.settings["target_cess"] == 0.95

@@ -1,0 +1,172 @@
+"""Does thermodynamic's mode search catch a mode the particles never reached, and only then?
+
+For each MLP of ``mlp_calibration.py`` (Liang's example 1, H = 1…4; the robot arm, h = 1…4),
+one default fit, ``pm_evidence.thermodynamic(model, random_seed=s)``, whose mode search
+(``mode_search="auto"``, on because the layers are recognised) maximises log p(θ, D) from 32
+prior draws and from the 8 best final particles. The same fit without the search
+(``mode_search=False``, from the same checkpoint: nothing is sampled twice) gives the SE before
+it. Each row: the best log p(θ, D) from the prior draws and from the particles, the Laplace
+evidence of a mode only the prior draws reached, the SE before and after, the search's
+seconds beside the fit's, and the error against ``mlp_calibration.py``'s reference where it
+has one.
+
+Written: ``benchmarks/results/mode_search.csv`` (one row per fit) and ``.md``.
+
+Usage::
+
+    python benchmarks/mode_search.py --checkpoints /tmp/ckpt              # hours on one core
+    python benchmarks/mode_search.py --cases "h=3" --checkpoints /tmp/ckpt --csv /tmp/h3.csv
+    python benchmarks/mode_search.py --cases none --merge /tmp/h3.csv      # rewrite the page
+
+The checkpoints share ``mlp_calibration.py``'s names, so a default fit of either script is
+reused by the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+
+import pymc_evidence as pm_evidence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mlp_calibration  # noqa: E402  (a sibling script: its models, checkpoints and reference)
+
+ROOT = Path(__file__).resolve().parents[1]
+CSV = ROOT / "benchmarks" / "results" / "mode_search.csv"
+MARKDOWN = CSV.with_suffix(".md")
+
+
+def run_case(name: str, seed: int, checkpoints: Path | None) -> dict:
+    """One default fit of ``name`` with and without the mode search, as a row."""
+    build, _ = mlp_calibration.CASES[name]
+    model = build()
+    path = mlp_calibration._checkpoints(checkpoints, name, "defaults")
+    options = dict(random_seed=seed, progressbar=False, cores=1,
+                   checkpoint=path(seed) if path else None)
+    begun = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
+        plain = pm_evidence.thermodynamic(model, mode_search=False, **options)
+        fit_seconds = mlp_calibration._seconds(begun, plain)
+        searched = pm_evidence.thermodynamic(model, **options)
+    assert searched.log_evidence == plain.log_evidence  # the search leaves the estimate alone
+    return {
+        "case": name, "dim": pm_evidence.get_density(model).dim, "seed": seed,
+        "log_z": searched.log_evidence, "se_before": plain.se, "se": searched.se,
+        "best_from_prior": searched.best_log_joint_from_prior,
+        "best_from_particles": searched.best_log_joint_from_particles,
+        "unreached_laplace": searched.unreached_mode_log_evidence,
+        "search_seconds": searched.timing.get("mode_search", np.nan),
+        "fit_seconds": fit_seconds,
+        "warned": any("never reached" in w for w in searched.warnings),
+    }
+
+
+def summarise(table: pd.DataFrame, command: str) -> str:
+    calibration = pd.read_csv(mlp_calibration.CSV)
+    lines = [
+        "# Thermodynamic's mode search on Bayesian MLPs",
+        "",
+        f"Written by `{command}` on {datetime.date.today()} (Python {platform.python_version()}, "
+        f"PyMC {pm.__version__}, {os.cpu_count()} cores); rows of fits not rerun are kept "
+        "from earlier invocations.",
+        "",
+        "One default fit per model (`thermodynamic(model, random_seed=s)`), its mode search "
+        "maximising log p(θ, D) from 32 prior draws and from the 8 best final particles "
+        "(trust-region Newton on the exact Hessian). 'From prior' and 'from particles': the best "
+        "log p(θ, D) each reached. 'Unreached Laplace': the Laplace evidence, over the symmetry "
+        "copies, of a mode more than a nat above every one the particles lead to (blank when "
+        "there is none, or it holds less mass than the particles' best). SE before and after: "
+        "without and with the search (the estimate is the same). Reference and z (error in "
+        "units of the SE after the search, the reference's SE in quadrature): "
+        "`mlp_calibration.md`'s, where it has one. Seconds: one core, often shared with another "
+        "benchmark.",
+        "",
+        "| model | d | seed | log Z | SE before | SE after | from prior | from particles | "
+        "unreached Laplace | warned | reference | z | search s | fit s |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|",
+    ]
+    for row in table.itertuples():
+        ref, ref_se, _ = mlp_calibration.reference(calibration[calibration["case"] == row.case])
+        z = (row.log_z - ref) / np.hypot(row.se, ref_se) if np.isfinite(ref) else np.nan
+        lines.append(
+            f"| {row.case} | {row.dim} | {row.seed} | {row.log_z:.2f} | {row.se_before:.2f} | "
+            f"{row.se:.2f} | {row.best_from_prior:.2f} | {row.best_from_particles:.2f} | "
+            f"{_cell(row.unreached_laplace)} | {'yes' if row.warned else 'no'} | "
+            f"{_cell(ref, '.3f')} | {_cell(z, '+.2f')} | {row.search_seconds:.0f} | "
+            f"{row.fit_seconds:.0f} |"
+        )
+    lines += ["", "Each fit's numbers: `mode_search.csv`.", ""]
+    notes = _notes()
+    return "\n".join(lines) + (("\n" + notes) if notes else "")
+
+
+def _cell(value: float, spec: str = ".2f") -> str:
+    return "" if not np.isfinite(value) else format(value, spec)
+
+
+def _notes() -> str:
+    """The hand-written Notes section of the page, kept when the table is rewritten."""
+    if not MARKDOWN.exists():
+        return ""
+    text = MARKDOWN.read_text()
+    start = text.find("## Notes")
+    return text[start:] if start >= 0 else ""
+
+
+def _merged(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    if old.empty:
+        return new.reset_index(drop=True)
+    keys = ["case", "seed"]
+    keep = ~old.set_index(keys).index.isin(new.set_index(keys).index)
+    table = pd.concat([old[keep], new], ignore_index=True)
+    order = {name: i for i, name in enumerate(mlp_calibration.CASES)}
+    rank = [order[c] * 1000 + s for c, s in zip(table["case"], table["seed"])]
+    return table.iloc[np.argsort(rank, kind="stable")].reset_index(drop=True)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", nargs="+", default=None, metavar="TEXT",
+                        help="run only the models whose name contains one of these")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--csv", type=Path, default=CSV,
+                        help="where to merge the rows (a second process running at the same "
+                        "time needs its own file; merge them with --merge)")
+    parser.add_argument("--checkpoints", type=Path, default=None, metavar="DIR",
+                        help="save every fit to a checkpoint in DIR and resume from it")
+    parser.add_argument("--merge", nargs="*", type=Path, default=[],
+                        help="CSV files of other processes to merge into --csv")
+    args = parser.parse_args(argv)
+    table = pd.read_csv(args.csv) if args.csv.exists() else pd.DataFrame()
+    for name in mlp_calibration.CASES:
+        if args.cases and not any(text in name for text in args.cases):
+            continue
+        row = run_case(name, args.seed, args.checkpoints)
+        print(f"{name}: {row}", flush=True)
+        table = _merged(table, pd.DataFrame([row]))
+        table.to_csv(args.csv, index=False)
+    for other in args.merge:
+        table = _merged(table, pd.read_csv(other))
+    table.to_csv(args.csv, index=False)
+    if args.csv == CSV:
+        MARKDOWN.write_text(summarise(table, " ".join(["python benchmarks/mode_search.py",
+                                                       *argv])))
+        print(MARKDOWN.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,91 @@
+"""The search for modes the particles never reached, on a two-mode model with exact Laplace
+evidences, and its effect on thermodynamic's SE and warnings."""
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy.stats import norm
+
+import pymc_evidence as pm_evidence
+from pymc_evidence import testing
+from pymc_evidence.density import get_density
+from pymc_evidence.estimators._mode_search import ModeSearch, search_modes
+from pymc_evidence.estimators.thermodynamic import _warn_on_unreached_mode
+
+PRIOR_SD, BUMP_SD, CENTRES, SHARES = 2.0, 0.3, (-3.0, 3.0), (0.1, 0.9)
+
+
+@pytest.fixture(scope="module")
+def two_bumps():
+    """θ ~ N(0, 2²), L(θ) = 0.1 N(θ | −3, 0.3²) + 0.9 N(θ | 3, 0.3²): two separated Gaussian
+    modes, each with an exact Laplace evidence s N(±3 | 0, 2² + 0.3²)."""
+    with pm.Model() as model:
+        theta = pm.Normal("theta", 0.0, PRIOR_SD)
+        pm.Potential("likelihood", pm.math.logsumexp(pm.math.stack([
+            np.log(share) + pm.logp(pm.Normal.dist(centre, BUMP_SD), theta)
+            for centre, share in zip(CENTRES, SHARES)])))
+    return get_density(model)
+
+
+def mode_evidence(k):
+    return np.log(SHARES[k]) + norm.logpdf(CENTRES[k], 0.0, np.hypot(PRIOR_SD, BUMP_SD))
+
+
+def population(centre, n=64):
+    positions = centre + BUMP_SD * np.random.default_rng(0).standard_normal((n, 1))
+    return positions, norm.logpdf(positions[:, 0], centre, BUMP_SD)
+
+
+def test_a_mode_the_particles_never_reached_is_found_with_its_laplace_evidence(two_bumps):
+    search = search_modes(two_bumps, *population(-3.0), [], np.random.default_rng(1), 16, 8)
+    assert search.n_optimisations == 24
+    # log p(θ*, D) at the modes differ by about log(0.9 / 0.1) = 2.2 nats
+    assert search.best_from_prior - search.best_from_particles == pytest.approx(np.log(9), abs=0.05)
+    assert search.unreached_log_evidence == pytest.approx(mode_evidence(1), abs=1e-3)
+
+
+def test_particles_in_the_best_mode_leave_nothing_unreached(two_bumps):
+    search = search_modes(two_bumps, *population(3.0), [], np.random.default_rng(1), 16, 8)
+    assert search.best_from_prior == pytest.approx(search.best_from_particles, abs=1e-6)
+    assert np.isnan(search.unreached_log_evidence)
+
+
+def test_an_unreached_mode_widens_the_se_to_the_move_it_would_cause_and_warns():
+    search = ModeSearch(best_from_prior=10.0, best_from_particles=-80.0,
+                        unreached_log_evidence=-60.0, n_optimisations=40)
+    messages = []
+    with pytest.warns(pm_evidence.EvidenceWarning, match="never reached"):
+        se = _warn_on_unreached_mode(messages, search, -128.0, 1.8, 32)
+    assert se == pytest.approx(np.logaddexp(-128.0, -60.0) + 128.0)  # ≈ 68 nats
+    assert "never reached" in messages[0] and "-60.00" in messages[0]
+    # a mode whose mass would move the estimate by less than its SE changes nothing
+    small = search._replace(unreached_log_evidence=-130.0)
+    messages = []
+    assert _warn_on_unreached_mode(messages, small, -128.0, 0.2, 32) == 0.2
+    assert not messages
+    assert _warn_on_unreached_mode([], search._replace(unreached_log_evidence=np.nan),
+                                   -128.0, 0.2, 32) == 0.2
+
+
+def test_the_search_leaves_the_estimate_alone_and_reports_what_it_found():
+    """On an MLP ("auto") the search runs after sampling, from its own random stream."""
+    model = testing.robot_arm_mlp(1)
+    options = dict(ladder=[0.0, 0.01, 0.1, 1.0], n_particles=32, n_groups=2, max_groups=2,
+                   target_se=None, random_seed=0, progressbar=False)
+    searched = pm_evidence.thermodynamic(model, **options)
+    plain = pm_evidence.thermodynamic(model, mode_search=False, **options)
+    assert searched.log_evidence == plain.log_evidence
+    for name, draws in plain.posterior.items():
+        np.testing.assert_array_equal(searched.posterior[name], draws)
+    assert np.isnan(plain.best_log_joint_from_prior) and "mode_search" not in plain.timing
+    # h = 1's posterior has one mode up to symmetry, log p(θ*, D) = −503.31
+    assert searched.best_log_joint_from_prior == pytest.approx(-503.31, abs=0.01)
+    assert searched.best_log_joint_from_particles == pytest.approx(-503.31, abs=0.01)
+    assert np.isnan(searched.unreached_mode_log_evidence)
+    assert searched.settings["mode_search"] == "auto" and searched.timing["mode_search"] > 0
+
+
+@pytest.mark.parametrize("bad", ["yes", 0, -3, 2.5])
+def test_a_bad_mode_search_is_refused_before_any_work(bad):
+    with pytest.raises((ValueError, TypeError), match="mode_search"):
+        pm_evidence.thermodynamic(None, mode_search=bad)
