@@ -236,9 +236,6 @@ class ThermodynamicResult(EvidenceResult):
     best_log_joint_from_prior, best_log_joint_from_particles : float
         The mode search's highest log p(θ, D), optimised from prior draws and from the final
         particles; NaN when it did not run.
-    unreached_mode_log_evidence : float
-        The Laplace evidence (over the symmetry copies) of a mode the search found above every
-        mode the particles lead to, when it exceeds that of the particles' best; else NaN.
     """
 
     method: ClassVar[str] = "thermodynamic"
@@ -255,7 +252,6 @@ class ThermodynamicResult(EvidenceResult):
     effort_se: tuple = ()
     best_log_joint_from_prior: float = np.nan
     best_log_joint_from_particles: float = np.nan
-    unreached_mode_log_evidence: float = np.nan
 
 
 @dataclass(frozen=True, repr=False)  # keeps the summary as repr

@@ -1,4 +1,4 @@
-"""The search for modes the particles never reached, on a two-mode model with exact Laplace
+"""The search for modes the particles never reached, on a two-mode model with exact
 evidences, and its effect on thermodynamic's SE and warnings."""
 
 import numpy as np
@@ -17,8 +17,8 @@ PRIOR_SD, BUMP_SD, CENTRES, SHARES = 2.0, 0.3, (-3.0, 3.0), (0.1, 0.9)
 
 @pytest.fixture(scope="module")
 def two_bumps():
-    """θ ~ N(0, 2²), L(θ) = 0.1 N(θ | −3, 0.3²) + 0.9 N(θ | 3, 0.3²): two separated Gaussian
-    modes, each with an exact Laplace evidence s N(±3 | 0, 2² + 0.3²)."""
+    """θ ~ N(0, 2²), L(θ) = 0.1 N(θ | −3, 0.3²) + 0.9 N(θ | 3, 0.3²): two separated
+    Gaussian modes of evidence s N(±3 | 0, 2² + 0.3²) each."""
     with pm.Model() as model:
         theta = pm.Normal("theta", 0.0, PRIOR_SD)
         pm.Potential("likelihood", pm.math.logsumexp(pm.math.stack([
@@ -36,35 +36,34 @@ def population(centre, n=64):
     return positions, norm.logpdf(positions[:, 0], centre, BUMP_SD)
 
 
-def test_a_mode_the_particles_never_reached_is_found_with_its_laplace_evidence(two_bumps):
-    search = search_modes(two_bumps, *population(-3.0), [], np.random.default_rng(1), 16, 8)
+def test_a_mode_the_particles_never_reached_is_found_and_the_se_covers_its_mass(two_bumps):
+    """Particles all in the lighter bump: the search finds the heavier one from prior draws.
+    The bumps have the same width, hence the same Occam factor, so the estimate moved by the
+    gap in log p(θ*, D) is the exact evidence of both."""
+    search = search_modes(two_bumps, *population(-3.0), np.random.default_rng(1), 16, 8)
     assert search.n_optimisations == 24
-    # log p(θ*, D) at the modes differ by about log(0.9 / 0.1) = 2.2 nats
-    assert search.best_from_prior - search.best_from_particles == pytest.approx(np.log(9), abs=0.05)
-    assert search.unreached_log_evidence == pytest.approx(mode_evidence(1), abs=1e-3)
+    assert search.gap == pytest.approx(np.log(9), abs=1e-6) and search.unreached
+    reached, total = mode_evidence(0), np.logaddexp(mode_evidence(0), mode_evidence(1))
+    messages = []
+    with pytest.warns(pm_evidence.EvidenceWarning, match="never reached"):
+        se = _warn_on_unreached_mode(messages, search, reached, 0.05, 16)
+    assert reached + se == pytest.approx(total, abs=1e-6)  # log(1 + 9) nats
+    assert "2.2 nats above every mode the final particles lead to" in messages[0]
 
 
 def test_particles_in_the_best_mode_leave_nothing_unreached(two_bumps):
-    search = search_modes(two_bumps, *population(3.0), [], np.random.default_rng(1), 16, 8)
-    assert search.best_from_prior == pytest.approx(search.best_from_particles, abs=1e-6)
-    assert np.isnan(search.unreached_log_evidence)
+    search = search_modes(two_bumps, *population(3.0), np.random.default_rng(1), 16, 8)
+    assert search.gap == pytest.approx(0.0, abs=1e-6) and not search.unreached
+    assert _warn_on_unreached_mode([], search, mode_evidence(1), 0.05, 16) == 0.05
 
 
-def test_an_unreached_mode_widens_the_se_to_the_move_it_would_cause_and_warns():
-    search = ModeSearch(best_from_prior=10.0, best_from_particles=-80.0,
-                        unreached_log_evidence=-60.0, n_optimisations=40)
+def test_a_gap_within_the_se_or_the_margin_changes_nothing():
     messages = []
-    with pytest.warns(pm_evidence.EvidenceWarning, match="never reached"):
-        se = _warn_on_unreached_mode(messages, search, -128.0, 1.8, 32)
-    assert se == pytest.approx(np.logaddexp(-128.0, -60.0) + 128.0)  # ≈ 68 nats
-    assert "never reached" in messages[0] and "-60.00" in messages[0]
-    # a mode whose mass would move the estimate by less than its SE changes nothing
-    small = search._replace(unreached_log_evidence=-130.0)
-    messages = []
-    assert _warn_on_unreached_mode(messages, small, -128.0, 0.2, 32) == 0.2
+    # 2 nats above: the move, log(1 + e²) = 2.13 nats, is within an SE of 3
+    assert _warn_on_unreached_mode(messages, ModeSearch(2.0, 0.0, 40), -10.0, 3.0, 32) == 3.0
+    # within the margin: the optimisers merely stopped at different heights of one mode
+    assert _warn_on_unreached_mode(messages, ModeSearch(0.9, 0.0, 40), -10.0, 0.01, 32) == 0.01
     assert not messages
-    assert _warn_on_unreached_mode([], search._replace(unreached_log_evidence=np.nan),
-                                   -128.0, 0.2, 32) == 0.2
 
 
 def test_the_search_leaves_the_estimate_alone_and_reports_what_it_found():
@@ -81,7 +80,7 @@ def test_the_search_leaves_the_estimate_alone_and_reports_what_it_found():
     # h = 1's posterior has one mode up to symmetry, log p(θ*, D) = −503.31
     assert searched.best_log_joint_from_prior == pytest.approx(-503.31, abs=0.01)
     assert searched.best_log_joint_from_particles == pytest.approx(-503.31, abs=0.01)
-    assert np.isnan(searched.unreached_mode_log_evidence)
+    assert not any("never reached" in message for message in searched.warnings)
     assert searched.settings["mode_search"] == "auto" and searched.timing["mode_search"] > 0
 
 
