@@ -182,9 +182,9 @@ def thermodynamic(
         nats low with an SE of 0.12). Given the same Occam factor as the particles' mode, it
         would raise the estimate by about that gap, log(1 + exp(gap)); the SE is widened to
         that move, with a warning.
-        ``"auto"`` searches on MLPs (``mlp_layers`` given or recognised), where such modes
-        are common and the optimisations cost a few percent of the sampling; elsewhere a
-        funnel-shaped posterior may have no mode to find. The outcome is in
+        ``"auto"`` searches on MLPs (``mlp_layers`` given or recognised), whose posteriors
+        have many modes and where the optimisations cost a few percent of the sampling;
+        elsewhere a funnel-shaped posterior may have no mode to find. The outcome is in
         ``best_log_joint_from_prior`` and ``best_log_joint_from_particles``, its time in
         ``timing["mode_search"]``.
     checkpoint : str or path, optional
@@ -325,10 +325,9 @@ def thermodynamic(
                    store.earlier, messages, prior_starts)
 
 
-
 #: The mode search's starts when asked for with True or "auto": prior draws (on the robot-arm
-#: MLP with three hidden units, about one in ten reached the mode the particles missed) and
-#: the particles of highest log p(θ, D).
+#: MLP with three hidden units, 7 of 32 reached the mode the particles missed) and the
+#: particles of highest log p(θ, D).
 MODE_SEARCH_PRIOR_STARTS, MODE_SEARCH_PARTICLE_STARTS = 32, 8
 
 
@@ -558,8 +557,8 @@ def _warn_on_unreached_mode(messages, search: ModeSearch, log_evidence: float, s
 
     The mode's mass is taken to be the estimate's times exp(gap), the gap in log p(θ, D)
     between it and the particles' best mode: the same Occam factor (log Z − log p(θ*, D)) for
-    both. Laplace's approximation would measure it, but at an MLP's best modes it often
-    does not exist (optimisers end on ridges whose Hessian is not positive definite).
+    both. Laplace's approximation would measure it, but at an MLP's best modes it may not
+    exist (optimisers can end on ridges whose Hessian is not positive definite).
     """
     if not (search.unreached and np.isfinite(log_evidence)):
         return se
