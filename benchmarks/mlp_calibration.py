@@ -316,7 +316,7 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "Liang's MLP one whose output weights are integrated out), hence the MLP ladder "
         "`target_cess=0.95`, the effort check and the mode search (fits made before the "
         "search existed have the same estimate; of one fit of each of Liang's MLPs and the "
-        "robot arm with h = 1, 2 and 3 it widened h = 3's SE only, `mode_search.md`). "
+        "robot arm with h = 1…4 it widened h = 3's SE only, `mode_search.md`). "
         "`target_cess=0.8` rows, where run: the "
         "robot arm's fits with that ladder; "
         "`mlp_layers=None` rows: Liang's without alignment (hence also the general ladder 0.8 "
