@@ -18,7 +18,7 @@ PRIOR_SD, BUMP_SD, CENTRES, SHARES = 2.0, 0.3, (-3.0, 3.0), (0.1, 0.9)
 @pytest.fixture(scope="module")
 def two_bumps():
     """θ ~ N(0, 2²), L(θ) = 0.1 N(θ | −3, 0.3²) + 0.9 N(θ | 3, 0.3²): two separated
-    Gaussian modes of evidence s N(±3 | 0, 2² + 0.3²) each."""
+    Gaussian modes, each of evidence s N(±3 | 0, 2² + 0.3²) with s its share (0.1 or 0.9)."""
     with pm.Model() as model:
         theta = pm.Normal("theta", 0.0, PRIOR_SD)
         pm.Potential("likelihood", pm.math.logsumexp(pm.math.stack([
