@@ -28,6 +28,7 @@ import datetime
 import os
 import platform
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -47,12 +48,16 @@ MARKDOWN = CSV.with_suffix(".md")
 
 
 def run_case(name: str, seed: int, checkpoints: Path | None) -> dict:
-    """One default fit of ``name`` with and without the mode search, as a row."""
+    """One default fit of ``name`` with and without the mode search, as a row. The second
+    call reads the first one's checkpoint (in a scratch directory without ``checkpoints``),
+    so the fit is sampled once."""
+    if checkpoints is None:
+        with tempfile.TemporaryDirectory() as scratch:
+            return run_case(name, seed, Path(scratch))
     build, _ = mlp_calibration.CASES[name]
     model = build()
     path = mlp_calibration._checkpoints(checkpoints, name, "defaults")
-    options = dict(random_seed=seed, progressbar=False, cores=1,
-                   checkpoint=path(seed) if path else None)
+    options = dict(random_seed=seed, progressbar=False, cores=1, checkpoint=path(seed))
     begun = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
@@ -145,7 +150,8 @@ def main(argv=None) -> int:
                         help="where to merge the rows (a second process running at the same "
                         "time needs its own file; merge them with --merge)")
     parser.add_argument("--checkpoints", type=Path, default=None, metavar="DIR",
-                        help="save every fit to a checkpoint in DIR and resume from it")
+                        help="save every fit to a checkpoint in DIR and resume from it "
+                        "(default: a scratch directory per fit)")
     parser.add_argument("--merge", nargs="*", type=Path, default=[],
                         help="CSV files of other processes to merge into --csv")
     args = parser.parse_args(argv)
