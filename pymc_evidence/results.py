@@ -236,6 +236,14 @@ class ThermodynamicResult(EvidenceResult):
     best_log_joint_from_prior, best_log_joint_from_particles : float
         The mode search's highest log p(θ, D), optimised from prior draws and from the final
         particles; NaN when it did not run.
+    log_evidence_from_prior, se_from_prior : float
+        When the estimate comes from tempering that starts at a mode the search found and the
+        tempering from the prior never reached: the tempering from the prior's estimate and SE
+        (NaN otherwise).
+    reference_sweeps, reference_log_evidence, reference_se : tuple
+        That tempering's levels: sweeps of HMC that relaxed the population at the mode before
+        the reference was fitted to it, and each level's estimate and SE; empty when it did
+        not run.
     """
 
     method: ClassVar[str] = "thermodynamic"
@@ -252,6 +260,11 @@ class ThermodynamicResult(EvidenceResult):
     effort_se: tuple = ()
     best_log_joint_from_prior: float = np.nan
     best_log_joint_from_particles: float = np.nan
+    log_evidence_from_prior: float = np.nan
+    se_from_prior: float = np.nan
+    reference_sweeps: tuple = ()
+    reference_log_evidence: tuple = ()
+    reference_se: tuple = ()
 
 
 @dataclass(frozen=True, repr=False)  # keeps the summary as repr

@@ -1,6 +1,8 @@
 """The search for modes the particles never reached, on a two-mode model with exact
 evidences, and its effect on thermodynamic's SE and warnings."""
 
+import importlib
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -10,13 +12,18 @@ import pymc_evidence as pm_evidence
 from pymc_evidence import testing
 from pymc_evidence.density import get_density
 from pymc_evidence.estimators._mode_search import ModeSearch, search_modes
+from pymc_evidence.estimators._reference import ModeReference, relax_at_mode
 from pymc_evidence.estimators.thermodynamic import _warn_on_unreached_mode
+from pymc_evidence.symmetry import resolve_layers, sampling_layers, transform_units
+
+# the module, not the function the package exports under the same name
+thermodynamic_module = importlib.import_module("pymc_evidence.estimators.thermodynamic")
 
 PRIOR_SD, BUMP_SD, CENTRES, SHARES = 2.0, 0.3, (-3.0, 3.0), (0.1, 0.9)
 
 
 @pytest.fixture(scope="module")
-def two_bumps():
+def two_bumps_model():
     """θ ~ N(0, 2²), L(θ) = 0.1 N(θ | −3, 0.3²) + 0.9 N(θ | 3, 0.3²): two separated
     Gaussian modes, each of evidence s N(±3 | 0, 2² + 0.3²) with s its share (0.1 or 0.9)."""
     with pm.Model() as model:
@@ -24,7 +31,12 @@ def two_bumps():
         pm.Potential("likelihood", pm.math.logsumexp(pm.math.stack([
             np.log(share) + pm.logp(pm.Normal.dist(centre, BUMP_SD), theta)
             for centre, share in zip(CENTRES, SHARES)])))
-    return get_density(model)
+    return model
+
+
+@pytest.fixture(scope="module")
+def two_bumps(two_bumps_model):
+    return get_density(two_bumps_model)
 
 
 def mode_evidence(k):
@@ -88,3 +100,54 @@ def test_the_search_leaves_the_estimate_alone_and_reports_what_it_found():
 def test_a_bad_mode_search_is_refused_before_any_work(bad):
     with pytest.raises((ValueError, TypeError), match="mode_search"):
         pm_evidence.thermodynamic(None, mode_search=bad)
+
+
+def total_evidence():
+    return np.logaddexp(mode_evidence(0), mode_evidence(1))
+
+
+def test_tempering_from_a_found_mode_gives_the_evidence_of_both(two_bumps_model, monkeypatch):
+    """When the search finds a mode the particles missed, a second tempering starts from a
+    reference at it (half prior, half a Gaussian fitted at the mode). Forced here on a model
+    whose evidence is known: it must agree with it within its own SE, and say what it did."""
+    monkeypatch.setattr(thermodynamic_module, "_unreached_matters", lambda *args: True)
+    with pytest.warns(pm_evidence.EvidenceWarning, match="starts at a reference"):
+        result = pm_evidence.thermodynamic(two_bumps_model, mode_search=16, random_seed=3,
+                                           progressbar=False)
+    assert abs(result.log_evidence - total_evidence()) < 3 * result.se
+    assert result.se < 0.2
+    assert np.isfinite(result.log_evidence_from_prior) and np.isfinite(result.se_from_prior)
+    # two levels of relaxation that agree, the second with twice the sweeps
+    assert result.reference_sweeps == (100, 200)
+    assert result.log_evidence == result.reference_log_evidence[-1]
+    assert result.timing["reference"] > 0
+    # the draws are the model's posterior: both bumps in their shares, the model's own density
+    draws = result.posterior["theta"].ravel()
+    assert np.mean(draws > 0) == pytest.approx(SHARES[1], abs=0.05)
+    log_joint = result.sample_stats["log_prior"] + result.sample_stats["log_likelihood"]
+    assert np.max(log_joint) == pytest.approx(
+        np.log(SHARES[1]) + norm.logpdf(0, 0, BUMP_SD) + norm.logpdf(3, 0, PRIOR_SD), abs=0.5)
+
+
+def test_the_reference_is_a_normalised_density_it_samples_exactly():
+    """On an MLP the reference is folded over the layer's 2^h·h! copies: E_q[p/q] = 1 for the
+    prior p checks its normaliser (the copies and the domain's probability) against its own
+    draws; p/q ≤ 1/PRIOR_WEIGHT keeps the check's error small."""
+    model = testing.robot_arm_mlp(2)
+    density = get_density(model)
+    layers = sampling_layers(density, resolve_layers("auto", model, density))
+    rng = np.random.default_rng(5)
+    mode = density.prior_draws(rng, 1)[0]
+    state, _ = relax_at_mode(density, layers, mode, rng, 3, n_points=64)
+    reference = ModeReference(density, layers, mode, state.position, rng)
+    draws = reference.prior_draws(rng, 4000)
+    values = reference(draws)
+    ratio = np.exp(density(draws).log_prior - values.log_prior)
+    assert np.mean(ratio) == pytest.approx(1.0, abs=4 * np.std(ratio) / np.sqrt(len(ratio)))
+    # invariant under the layer's symmetries, as the aligned moves need
+    flipped = transform_units(density, layers[0], draws[0], [1, 0], [-1.0, 1.0])
+    assert reference(flipped[None]).log_prior[0] == pytest.approx(values.log_prior[0])
+    # the "likelihood" makes up the rest of the model's log density
+    model_values = density(draws)
+    np.testing.assert_allclose(values.log_prior + values.log_likelihood,
+                               model_values.log_prior + model_values.log_likelihood)

@@ -29,11 +29,13 @@ UNREACHED_MARGIN = 1.0
 
 class ModeSearch(NamedTuple):
     """The best log p(θ, D) reached from prior draws and from the particles (NaN where no
-    start had a finite density), and the optimisations run."""
+    start had a finite density), the optimisations run, and where the best from prior draws
+    ended (unconstrained; None when none did)."""
 
     best_from_prior: float
     best_from_particles: float
     n_optimisations: int
+    mode: np.ndarray | None = None
 
     @property
     def gap(self) -> float:
@@ -59,10 +61,15 @@ def search_modes(density, positions: np.ndarray, log_joint: np.ndarray,
     best = finite[np.argsort(-log_joint[finite], kind="stable")[:particle_starts]]
     from_particles = multistart(objective, positions[best], progressbar=False,
                                 hessian=density.hessian)
-    return ModeSearch(_best(from_prior), _best(from_particles),
-                      len(from_prior) + len(from_particles))
+    best = _best(from_prior)
+    return ModeSearch(np.nan if best is None else best.value, _value(_best(from_particles)),
+                      len(from_prior) + len(from_particles), None if best is None else best.x)
 
 
-def _best(optima) -> float:
-    values = [opt.value for opt in optima if np.isfinite(opt.value)]
-    return max(values) if values else np.nan
+def _best(optima):
+    finite = [opt for opt in optima if np.isfinite(opt.value)]
+    return max(finite, key=lambda opt: opt.value) if finite else None
+
+
+def _value(optimum) -> float:
+    return np.nan if optimum is None else optimum.value

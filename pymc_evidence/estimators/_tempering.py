@@ -263,6 +263,9 @@ def final_draws(rng, density, rounds, n_particles):
         log_lik.append(r.final_state.log_likelihood[index])
         log_prior.append(r.final_state.log_prior[index])
     positions = np.concatenate(positions)
+    model_log_densities = getattr(density, "model_log_densities", None)
+    if model_log_densities is not None:  # tempered from a reference: report the model's own
+        log_prior, log_lik = (list(values) for values in zip(model_log_densities(positions)))
     G = positions.shape[0] // n_particles
     constrained = density.to_constrained(positions)
     posterior = {

@@ -1,0 +1,190 @@
+r"""Tempering from a reference built at a mode the particles never reached.
+
+Chaining from the prior can leave every particle in modes far below the best one (on the
+robot-arm MLP with three hidden units, 73 nats of evidence lay in a mode no particle reached).
+Once the mode search has found such a mode, a second run starts at it instead: the generalised
+stepping stone of Fan et al. (2011) replaces the prior at λ = 0 by a normalised reference q,
+
+.. math::
+
+    \pi_\lambda(\theta) \propto q(\theta)^{1-\lambda}\, \bigl(p(\theta) L(\theta)\bigr)^{\lambda},
+    \qquad \log Z = \sum_k \log \mathbb{E}_{\pi_{\lambda_{k-1}}}
+    \!\left[\bigl(p L / q\bigr)^{\lambda_k - \lambda_{k-1}}\right],
+
+which is chaining with q as the "prior" and p L / q as the "likelihood": :class:`ModeReference`
+presents exactly that to the tempering code. Any q gives an unbiased estimate; a q close to the
+posterior gives a small variance, one much narrower than it a heavy-tailed one that typically
+runs low.
+
+q is a defensive mixture: half the prior (so that whatever the tempering from the prior reaches
+is reached again) and half a Gaussian fitted to a population relaxed by HMC at λ = 1 from the
+found mode, symmetrised over the MLP layer's copies so that every tempered target keeps the
+symmetry the aligned moves rely on. Symmetrising is a fold, not a sum over the 2^h·h! copies:
+the Gaussian restricted to the mode's domain (the points that are their own nearest copy to the
+mode, probability P), spread uniformly over the copies, has density q₀(a(θ)) / (|G|·P) at θ,
+a(θ) the copy of θ in the domain.
+
+Fan, Y., Wu, R., Chen, M.-H., Kuo, L. and Lewis, P. O. (2011). Choosing among partition models
+in Bayesian phylogenetics. Molecular Biology and Evolution 28, 523–532.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from pymc_evidence import kernels
+from pymc_evidence.density import DensityValues
+from pymc_evidence.symmetry import alignment_map, is_nearest_copy, mlp_symmetry, transform_units
+
+__all__ = ["ModeReference", "relax_at_mode"]
+
+#: The reference's weight on the prior (the rest on the Gaussian at the mode).
+PRIOR_WEIGHT = 0.5
+#: The Gaussian's covariance is the relaxed population's times this: a reference wider than
+#: the posterior costs rungs, a narrower one a heavy-tailed estimate.
+WIDENING = 1.5
+#: Draws that estimate the probability P of the Gaussian's own domain.
+DOMAIN_DRAWS = 20_000
+#: HMC transitions per sweep of the relaxation (the metric is re-estimated between sweeps).
+TRANSITIONS_PER_SWEEP = 5
+
+
+def _copies(density, layers):
+    """The one layer whose symmetries the reference is folded over (or None), its hidden
+    units and the number of copies of a point."""
+    if not layers:
+        return None, 0, 1
+    layer = layers[0]
+    h = layer.hidden_units(dict(zip(density.names, density.shapes)))
+    return layer, h, mlp_symmetry(h, layer.activation)
+
+
+def relax_at_mode(density, layers, mode: np.ndarray, rng: np.random.Generator, sweeps: int,
+                  state: kernels.HMCState | None = None, n_points: int = 512,
+                  step_size: float = 0.1) -> tuple[kernels.HMCState, float]:
+    """A population spread over the posterior around ``mode`` by ``sweeps`` sweeps of HMC at
+    λ = 1, continuing ``state`` when given; returns it with the adapted step size.
+
+    It starts from tiny steps off the mode (scaled by the Hessian's curvatures), because a
+    sharp mode's likelihood falls by millions of nats a short way off it, and spreads by
+    diffusion: on the robot-arm MLP with three hidden units the spread still grew after 400
+    sweeps. The moves stay in the mode's domain under the layers' symmetries.
+    """
+    support = functools.partial(is_nearest_copy, density, layers, mode) if layers else None
+    if state is None:
+        with np.errstate(all="ignore"):
+            curvature, vectors = np.linalg.eigh(-density.hessian(mode))
+        scale = 1e-3 / np.sqrt(np.clip(np.nan_to_num(np.abs(curvature), nan=1.0), 1.0, None))
+        start = mode + (rng.standard_normal((n_points, density.dim)) * scale) @ vectors.T
+        state = kernels.init(density, start)
+        keep = np.isfinite(state.log_prior + state.log_likelihood)
+        if support is not None:
+            keep &= support(state.position)
+        state = kernels.HMCState(*(field[keep] for field in state))
+    weights = np.full(len(state.position), 1.0 / len(state.position))
+    for _ in range(sweeps):
+        metric = kernels.Metric.from_population(
+            state.position, weights, True,
+            gradients=state.grad_log_prior + state.grad_log_likelihood)
+        state, move = kernels.mutate(rng, state, density, 1.0, metric, step_size,
+                                     n_transitions=TRANSITIONS_PER_SWEEP, decorrelation=0.0,
+                                     support=support)
+        step_size = move.step_size
+    return state, step_size
+
+
+class ModeReference:
+    """The density the tempering sees when it starts from a reference q at ``mode``: "prior"
+    q, "likelihood" p L / q, so that its λ = 1 is the model's posterior and its evidence the
+    model's.
+
+    q = ``PRIOR_WEIGHT`` × prior + the rest × a Gaussian N(mean of ``population``,
+    ``WIDENING`` × its covariance), folded over the copies of ``layers`` (module docstring).
+    ``log_domain_se`` is the standard error of the estimated log P, part of the estimate's.
+    """
+
+    def __init__(self, density, layers, mode: np.ndarray, population: np.ndarray,
+                 rng: np.random.Generator):
+        self.base, self.layers, self.mode = density, list(layers), np.asarray(mode, float)
+        self.dim, self.names, self.shapes = density.dim, density.names, density.shapes
+        self.split, self.to_constrained = density.split, density.to_constrained
+        self.layer, self.hidden_units, copies = _copies(density, self.layers)
+        self.mean = population.mean(axis=0)
+        chol = np.linalg.cholesky(np.atleast_2d(np.cov(population, rowvar=False)) * WIDENING)
+        self._chol, self._chol_inv = chol, np.linalg.inv(chol)
+        self._log_norm = (np.sum(np.log(np.diag(chol)))
+                          + 0.5 * self.dim * np.log(2 * np.pi) + np.log(copies))
+        inside = self._in_domain(self._gaussian_draws(rng, DOMAIN_DRAWS)).mean()
+        if inside == 0:
+            raise ValueError("the Gaussian at the mode has no mass in the mode's domain")
+        self._log_norm += np.log(inside)
+        self.log_domain_se = float(np.sqrt((1 - inside) / (inside * DOMAIN_DRAWS)))
+
+    def _gaussian_draws(self, rng, n):
+        return self.mean + rng.standard_normal((n, self.dim)) @ self._chol.T
+
+    def _in_domain(self, X):
+        if not self.layers:
+            return np.ones(len(X), dtype=bool)
+        return is_nearest_copy(self.base, self.layers, self.mode, X)
+
+    def _log_gaussian(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """log q of the folded Gaussian at the rows of X, and its gradient."""
+        rows = np.arange(len(X))[:, None]
+        if self.layers:
+            index, signs = alignment_map(self.base, self.layers, self.mode, X)
+            aligned = signs * X[rows, index]
+        else:
+            aligned = X
+        r = (aligned - self.mean) @ self._chol_inv.T
+        grad_aligned = -(r @ self._chol_inv)
+        if not self.layers:
+            return -0.5 * np.sum(r**2, axis=1) - self._log_norm, grad_aligned
+        # The fold is a signed permutation: carry the gradient back to θ's coordinates.
+        grad = np.empty_like(grad_aligned)
+        grad[rows, index] = signs * grad_aligned
+        return -0.5 * np.sum(r**2, axis=1) - self._log_norm, grad
+
+    def __call__(self, X: np.ndarray) -> DensityValues:
+        X = np.atleast_2d(np.asarray(X, float))
+        values = self.base(X)
+        log_gauss, grad_gauss = self._log_gaussian(X)
+        from_prior = np.log(PRIOR_WEIGHT) + values.log_prior
+        log_q = np.logaddexp(from_prior, np.log1p(-PRIOR_WEIGHT) + log_gauss)
+        with np.errstate(invalid="ignore"):
+            share = np.exp(from_prior - log_q)[:, None]
+        share = np.nan_to_num(share)
+        grad_q = share * values.grad_log_prior + (1 - share) * grad_gauss
+        return DensityValues(
+            log_q,
+            values.log_prior + values.log_likelihood - log_q,
+            grad_q,
+            values.grad_log_prior + values.grad_log_likelihood - grad_q,
+        )
+
+    def model_log_densities(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The model's own log prior and log likelihood at the rows of X."""
+        return self.base.log_densities(X)
+
+    def prior_draws(self, rng: np.random.Generator, draws: int) -> np.ndarray:
+        """Exact draws from q: prior draws and folded Gaussian draws in their proportions."""
+        from_prior = int(rng.binomial(draws, PRIOR_WEIGHT))
+        batches, needed = [], draws - from_prior
+        while needed > 0:
+            batch = self._gaussian_draws(rng, draws)
+            batch = batch[self._in_domain(batch)][:needed]
+            batches.append(batch)
+            needed -= len(batch)
+        gaussian = np.concatenate(batches) if batches else np.empty((0, self.dim))
+        if self.layer is not None:
+            flips = self.layer.sign_flips is not None
+            h = self.hidden_units
+            gaussian = np.array([
+                transform_units(self.base, self.layer, x, rng.permutation(h),
+                                rng.choice([-1.0, 1.0], size=h) if flips else None)
+                for x in gaussian
+            ]).reshape(-1, self.dim)
+        X = np.concatenate([self.base.prior_draws(rng, from_prior), gaussian])
+        return X[rng.permutation(draws)]
