@@ -151,3 +151,22 @@ def test_the_reference_is_a_normalised_density_it_samples_exactly():
     model_values = density(draws)
     np.testing.assert_allclose(values.log_prior + values.log_likelihood,
                                model_values.log_prior + model_values.log_likelihood)
+
+
+def test_an_estimate_from_the_mode_that_keeps_moving_keeps_the_gap_rules_se(two_bumps_model,
+                                                                             monkeypatch):
+    """If the estimates from longer relaxations never agree, the last is reported with an SE
+    of at least its last move and reaching where the gap rule would put the evidence."""
+    monkeypatch.setattr(thermodynamic_module, "_unreached_matters", lambda *args: True)
+    # an empty band: no two levels agree
+    monkeypatch.setattr(thermodynamic_module, "_MOVE_UP", -1.0)
+    monkeypatch.setattr(thermodynamic_module, "_MOVE_DOWN", -1.0)
+    monkeypatch.setattr(thermodynamic_module, "MAX_REFERENCE_SWEEPS", 200)
+    with pytest.warns(pm_evidence.EvidenceWarning, match="kept moving"):
+        result = pm_evidence.thermodynamic(two_bumps_model, mode_search=16, random_seed=3,
+                                           progressbar=False)
+    assert result.reference_sweeps == (100, 200)
+    first, last = result.reference_log_evidence
+    gap = result.best_log_joint_from_prior - result.best_log_joint_from_particles
+    by_gap = result.log_evidence_from_prior + np.logaddexp(0.0, gap) - result.log_evidence
+    assert result.se >= max(abs(last - first), by_gap) - 1e-12

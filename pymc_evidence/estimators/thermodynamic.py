@@ -657,10 +657,15 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
                      ladder, settings, timing, start, earlier, messages, 0)
     reported_se = result.se
     if reached.unsettled is not None:
+        # Still rising: the SE reaches at least to where the gap rule would put the evidence
+        # (the mode's height with the particles' Occam factor), as without the tempering.
+        by_gap = log_evidence + float(np.logaddexp(0.0, search.gap)) - result.log_evidence
+        reported_se = max(reported_se, abs(reached.unsettled), by_gap)
         warn(messages, f"the estimate from the mode kept moving as the population at the mode "
-             f"relaxed longer ({_reference_text(reached.levels)}): its SE is at least the last "
-             f"move ({reached.unsettled:+.2f} nats), and it may still be low.")
-        reported_se = max(reported_se, abs(reached.unsettled))
+             f"relaxed longer ({_reference_text(reached.levels)}): it is likely still low. "
+             f"Its SE ({reported_se:.1f}) is at least the last move and reaches the "
+             f"{log_evidence + np.logaddexp(0.0, search.gap):.2f} that the mode's height "
+             "would give with the Occam factor of the particles' mode.")
     return dataclasses.replace(
         result,
         se=float(np.hypot(reported_se, reached.reference.log_domain_se)),
