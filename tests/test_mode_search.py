@@ -170,3 +170,15 @@ def test_an_estimate_from_the_mode_that_keeps_moving_keeps_the_gap_rules_se(two_
     gap = result.best_log_joint_from_prior - result.best_log_joint_from_particles
     by_gap = result.log_evidence_from_prior + np.logaddexp(0.0, gap) - result.log_evidence
     assert result.se >= max(abs(last - first), by_gap) - 1e-12
+
+
+def test_more_groups_from_the_mode_until_target_se(two_bumps_model, monkeypatch):
+    """Settled levels with an SE above ``target_se``: more groups tempered from the last
+    reference on its ladder, pooled, within ``max_groups``."""
+    monkeypatch.setattr(thermodynamic_module, "_unreached_matters", lambda *args: True)
+    with pytest.warns(pm_evidence.EvidenceWarning, match="starts at a reference"):
+        result = pm_evidence.thermodynamic(two_bumps_model, mode_search=16, random_seed=3,
+                                           target_se=0.01, max_groups=12, progressbar=False)
+    assert result.n_groups == 12
+    assert result.se < result.reference_se[-1]
+    assert abs(result.log_evidence - total_evidence()) < 3 * result.se

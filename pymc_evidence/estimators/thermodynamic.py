@@ -185,13 +185,14 @@ def thermodynamic(
         (given the particles' Occam factor, by log(1 + exp(gap))), the tempering is run again
         from a reference built at that mode (generalised stepping stone, Fan et al. 2011): half
         the prior, half a Gaussian fitted to a population relaxed by HMC at the mode, for
-        ``100`` sweeps, then twice as many until two such estimates agree (up to 1600). Its
-        estimate, draws and stages are the result's; the tempering from the prior's estimate
-        is in ``log_evidence_from_prior``, the levels in ``reference_sweeps``,
-        ``reference_log_evidence`` and ``reference_se``, their seconds in
-        ``timing["reference"]``, and a warning says what happened. If that estimate is lower
-        than the first by more than 3 combined SE, the first is kept and its SE widened to
-        the move instead.
+        ``100`` sweeps, then twice as many until two such estimates agree (up to 1600; if
+        they never do, the SE is at least the last move and reaches where the gap rule puts
+        the evidence). Its estimate, draws and stages are the result's; the tempering from
+        the prior's estimate is in ``log_evidence_from_prior``, the levels in
+        ``reference_sweeps``, ``reference_log_evidence`` and ``reference_se``, their seconds
+        in ``timing["reference"]``, and a warning says what happened. If that estimate is
+        lower than the first by more than 3 combined SE, the first is kept and its SE widened
+        to the gap rule's move instead.
         ``"auto"`` searches on MLPs (``mlp_layers`` given or recognised), whose posteriors
         have many modes and where the optimisations cost a few percent of the sampling;
         elsewhere a funnel-shaped posterior may have no mode to find. The outcome is in
@@ -687,7 +688,8 @@ def _more_groups_from_mode(rng, reached: ReferenceLevels, ladder, settings, roun
     the prior runs them; one process, since the reference lives only in this one."""
     n_groups, target_se = settings["n_groups"], settings["target_se"]
     se = reached.levels[-1][1].se
-    if target_se is None or se <= target_se:
+    # An estimate still moving has an SE of at least its move: more groups would not help.
+    if target_se is None or se <= target_se or reached.unsettled is not None:
         return []
     wanted = int(np.ceil(n_groups * (se / target_se) ** 2 * 1.1))
     extra = min(wanted, settings["max_groups"]) - n_groups
