@@ -18,6 +18,7 @@ from pymc_evidence.symmetry import resolve_layers, sampling_layers, transform_un
 
 # the module, not the function the package exports under the same name
 thermodynamic_module = importlib.import_module("pymc_evidence.estimators.thermodynamic")
+reference_module = importlib.import_module("pymc_evidence.estimators._reference")
 
 PRIOR_SD, BUMP_SD, CENTRES, SHARES = 2.0, 0.3, (-3.0, 3.0), (0.1, 0.9)
 
@@ -161,7 +162,7 @@ def test_an_estimate_from_the_mode_that_keeps_moving_keeps_the_gap_rules_se(two_
     # an empty band: no two levels agree
     monkeypatch.setattr(thermodynamic_module, "_MOVE_UP", -1.0)
     monkeypatch.setattr(thermodynamic_module, "_MOVE_DOWN", -1.0)
-    monkeypatch.setattr(thermodynamic_module, "MAX_REFERENCE_SWEEPS", 200)
+    monkeypatch.setattr(reference_module, "MAX_REFERENCE_SWEEPS", 200)
     with pytest.warns(pm_evidence.EvidenceWarning, match="kept moving"):
         result = pm_evidence.thermodynamic(two_bumps_model, mode_search=16, random_seed=3,
                                            progressbar=False)

@@ -24,6 +24,10 @@ the Gaussian restricted to the mode's domain (the points that are their own near
 mode, probability P), spread uniformly over the copies, has density q₀(a(θ)) / (|G|·P) at θ,
 a(θ) the copy of θ in the domain.
 
+:func:`temper_from_mode` relaxes the population, fits the reference and tempers from it,
+relaxing longer until two estimates agree: a reference narrower than the posterior at the mode
+gives estimates that rise as it widens.
+
 Fan, Y., Wu, R., Chen, M.-H., Kuo, L. and Lewis, P. O. (2011). Choosing among partition models
 in Bayesian phylogenetics. Molecular Biology and Evolution 28, 523–532.
 """
@@ -31,14 +35,17 @@ in Bayesian phylogenetics. Molecular Biology and Evolution 28, 523–532.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import numpy as np
 
 from pymc_evidence import kernels
 from pymc_evidence.density import DensityValues
+from pymc_evidence.estimators._stepping_stone import round_increments, stepping_stone
+from pymc_evidence.estimators._tempering import Round, run_round
 from pymc_evidence.symmetry import alignment_map, is_nearest_copy, mlp_symmetry, transform_units
 
-__all__ = ["ModeReference", "relax_at_mode"]
+__all__ = ["ModeReference", "ReferenceLevels", "relax_at_mode", "temper_from_mode"]
 
 #: The reference's weight on the prior (the rest on the Gaussian at the mode).
 PRIOR_WEIGHT = 0.5
@@ -188,3 +195,49 @@ class ModeReference:
             ]).reshape(-1, self.dim)
         X = np.concatenate([self.base.prior_draws(rng, from_prior), gaussian])
         return X[rng.permutation(draws)]
+
+
+#: Sweeps of HMC that first relax the population at the found mode, doubled until two
+#: references give estimates that agree (thermodynamic's effort-check band) or the sweeps
+#: reach the most.
+REFERENCE_SWEEPS, MAX_REFERENCE_SWEEPS = 100, 1600
+
+
+class ReferenceLevels(NamedTuple):
+    """The tempering from references at the found mode: the last reference and its round,
+    each level's (sweeps, estimate), and the last move when the sweeps ran out before two
+    levels agreed (else None)."""
+
+    reference: ModeReference
+    last_round: Round
+    levels: list
+    unsettled: float | None
+
+
+def temper_from_mode(rng, density, mode, n_groups, n_particles, round_settings, bar,
+                     settled) -> ReferenceLevels:
+    """Relax a population at ``mode`` for ``REFERENCE_SWEEPS`` sweeps, temper from the
+    reference fitted to it (``n_groups`` groups of ``n_particles``, the adaptive ladder of
+    ``round_settings``), and repeat with twice the sweeps until two estimates are
+    ``settled(previous, current)`` or the sweeps reach ``MAX_REFERENCE_SWEEPS``."""
+    layers = round_settings["layers"]
+    state, step_size, done, sweeps = None, 0.1, 0, REFERENCE_SWEEPS
+    levels, previous = [], None
+    while True:
+        state, step_size = relax_at_mode(density, layers, mode, rng, sweeps - done, state,
+                                         step_size=step_size)
+        done = sweeps
+        reference = ModeReference(density, layers, mode, state.position, rng)
+        bar.new_round(f"from the mode, {sweeps} sweeps")
+        current_round = run_round(rng, reference, n_groups, n_particles, None, None,
+                                  round_settings, bar.update)
+        current = stepping_stone(*round_increments([current_round]))
+        current = current._replace(se=float(np.hypot(current.se, reference.log_domain_se)))
+        levels.append((sweeps, current))
+        if previous is not None:
+            if settled(previous, current):
+                return ReferenceLevels(reference, current_round, levels, None)
+            if sweeps >= MAX_REFERENCE_SWEEPS:
+                return ReferenceLevels(reference, current_round, levels,
+                                       float(current.log_evidence - previous.log_evidence))
+        previous, sweeps = current, 2 * sweeps

@@ -9,7 +9,9 @@ honest standard error.
 
 This module is the estimator a user calls: validation, the first round, the extra groups that
 ``target_se`` asks for (on the CPUs), warnings and the result. The tempering itself is in
-:mod:`._tempering`, the evidence and its SE in :mod:`._stepping_stone`.
+:mod:`._tempering`, the evidence and its SE in :mod:`._stepping_stone`, the search for modes
+the particles never reached in :mod:`._mode_search` and the tempering from one in
+:mod:`._reference`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pymc_evidence._random import as_generator
 from pymc_evidence._validation import choice, integer, number, resolve_model
 from pymc_evidence.density import get_density
 from pymc_evidence.estimators._mode_search import ModeSearch, search_modes
-from pymc_evidence.estimators._reference import ModeReference, relax_at_mode
+from pymc_evidence.estimators._reference import temper_from_mode
 from pymc_evidence.estimators._stepping_stone import (
     round_increments, round_integration, stepping_stone,
 )
@@ -467,6 +469,13 @@ def _groups_disagree(ss, log_ratio_var) -> bool:
 _MOVE_UP, _MOVE_DOWN = 2.0, 3.0
 
 
+def _settled(previous, current) -> bool:
+    """Two estimates (with ``log_evidence`` and ``se``) agree within the band above."""
+    move = current.log_evidence - previous.log_evidence
+    combined = float(np.hypot(current.se, previous.se))
+    return bool(-_MOVE_DOWN * combined <= move <= _MOVE_UP * combined)
+
+
 def _effort_check(rng, store, rounds, checks, after_first, density, ladder, round_settings,
                   settings, bar) -> EffortCheck:
     """Double the particles per group (``n_groups`` groups each time, the first round's
@@ -496,8 +505,7 @@ def _effort_check(rng, store, rounds, checks, after_first, density, ladder, roun
         current = stepping_stone(*round_increments(level))
         levels.append((particles, current))
         move = current.log_evidence - previous.log_evidence
-        combined = float(np.hypot(current.se, previous.se))
-        if -_MOVE_DOWN * combined <= move <= _MOVE_UP * combined:
+        if _settled(previous, current):
             return EffortCheck(previous_rounds + level, levels, None)
         previous_rounds, previous = level, current
     return EffortCheck(previous_rounds, levels, move)
@@ -580,51 +588,6 @@ def _unreached_matters(search: ModeSearch, log_evidence: float, se: float) -> bo
                 and np.logaddexp(0.0, search.gap) > se)
 
 
-#: Sweeps of HMC that first relax the population at the found mode, doubled until two
-#: references give estimates that agree (the effort check's band) or the sweeps reach the most.
-#: On the robot-arm MLP with three hidden units: −70.8 after 100, −60.3 after 400.
-REFERENCE_SWEEPS, MAX_REFERENCE_SWEEPS = 100, 1600
-
-
-class ReferenceLevels(NamedTuple):
-    """The tempering from references at the found mode: the last reference and its round,
-    each level's (sweeps, estimate), and the last move when the sweeps ran out before two
-    levels agreed (else None)."""
-
-    reference: ModeReference
-    last_round: Round
-    levels: list
-    unsettled: float | None
-
-
-def _temper_from_mode(rng, density, mode, n_groups, n_particles, round_settings,
-                      bar) -> ReferenceLevels:
-    """Relax a population at ``mode`` for ``REFERENCE_SWEEPS`` sweeps, temper from the
-    reference fitted to it, and repeat with twice the sweeps until two estimates agree."""
-    layers = round_settings["layers"]
-    state, step_size, done, sweeps = None, 0.1, 0, REFERENCE_SWEEPS
-    levels, previous = [], None
-    while True:
-        state, step_size = relax_at_mode(density, layers, mode, rng, sweeps - done, state,
-                                         step_size=step_size)
-        done = sweeps
-        reference = ModeReference(density, layers, mode, state.position, rng)
-        bar.new_round(f"from the mode, {sweeps} sweeps")
-        current_round = run_round(rng, reference, n_groups, n_particles, None, None,
-                                  round_settings, bar.update)
-        current = stepping_stone(*round_increments([current_round]))
-        current = current._replace(se=float(np.hypot(current.se, reference.log_domain_se)))
-        levels.append((sweeps, current))
-        if previous is not None:
-            move = current.log_evidence - previous.log_evidence
-            if -_MOVE_DOWN * np.hypot(current.se, previous.se) <= move <= _MOVE_UP * np.hypot(
-                    current.se, previous.se):
-                return ReferenceLevels(reference, current_round, levels, None)
-            if sweeps >= MAX_REFERENCE_SWEEPS:
-                return ReferenceLevels(reference, current_round, levels, float(move))
-        previous, sweeps = current, 2 * sweeps
-
-
 def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, settings, timing,
                 start, earlier, messages, prior_starts, round_settings, progressbar):
     """The result of tempering from a reference at the mode the search found unreached, or
@@ -633,8 +596,8 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
     begun = time.perf_counter()
     bar = TemperingBar(progressbar)
     with one_blas_thread():
-        reached = _temper_from_mode(rng, density, search.mode, settings["n_groups"],
-                                    settings["n_particles"], round_settings, bar)
+        reached = temper_from_mode(rng, density, search.mode, settings["n_groups"],
+                                   settings["n_particles"], round_settings, bar, _settled)
     bar.close()
     timing["reference"] = time.perf_counter() - begun
     last = reached.levels[-1][1]
@@ -681,7 +644,7 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
     )
 
 
-def _more_groups_from_mode(rng, reached: ReferenceLevels, ladder, settings, round_settings,
+def _more_groups_from_mode(rng, reached, ladder, settings, round_settings,
                            progressbar) -> list:
     """Groups tempered from the last reference on its ladder, ``n_groups`` at a time, until
     the pooled SE reaches ``target_se`` (at most ``max_groups`` in all), as the tempering from
