@@ -183,3 +183,26 @@ def test_more_groups_from_the_mode_until_target_se(two_bumps_model, monkeypatch)
     assert result.n_groups == 12
     assert result.se < result.reference_se[-1]
     assert abs(result.log_evidence - total_evidence()) < 3 * result.se
+
+
+def test_a_failed_tempering_from_the_mode_keeps_the_gap_rules_se(two_bumps_model, monkeypatch):
+    """A reference that cannot be built loses nothing: the estimate is the tempering from the
+    prior's, its SE widened by the gap rule, and both failures are said."""
+    def fail(*args, **kwargs):
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+
+    monkeypatch.setattr(thermodynamic_module, "temper_from_mode", fail)
+    def gapped(*args):  # the two bumps' particles reach both: give the search a gap of log 9
+        found = search_modes(*args)
+        return found._replace(best_from_prior=found.best_from_particles + np.log(9))
+
+    monkeypatch.setattr(thermodynamic_module, "search_modes", gapped)
+    with pytest.warns(pm_evidence.EvidenceWarning, match="failed"):
+        result = pm_evidence.thermodynamic(two_bumps_model, mode_search=16, random_seed=3,
+                                           progressbar=False)
+    plain = pm_evidence.thermodynamic(two_bumps_model, mode_search=False, random_seed=3,
+                                      progressbar=False)
+    assert result.log_evidence == plain.log_evidence
+    assert result.se == pytest.approx(np.log(10))
+    assert any("never reached" in message for message in result.warnings)
+    assert not result.reference_sweeps and "reference" in result.timing

@@ -595,11 +595,19 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
     SE (the reference then failed to hold the mode's mass; the caller widens the SE)."""
     begun = time.perf_counter()
     bar = TemperingBar(progressbar)
-    with one_blas_thread():
-        reached = temper_from_mode(rng, density, search.mode, settings["n_groups"],
-                                   settings["n_particles"], round_settings, bar, _settled)
-    bar.close()
-    timing["reference"] = time.perf_counter() - begun
+    try:
+        with one_blas_thread():
+            reached = temper_from_mode(rng, density, search.mode, settings["n_groups"],
+                                       settings["n_particles"], round_settings, bar, _settled)
+    except (ValueError, np.linalg.LinAlgError) as err:
+        # e.g. a population at the mode too degenerate for a Gaussian: the sampling done so
+        # far is not lost, and the caller widens the SE instead.
+        warn(messages, f"tempering from the unreached mode failed ({err}); the estimate is "
+             "the tempering from the prior's.")
+        return None
+    finally:
+        bar.close()
+        timing["reference"] = time.perf_counter() - begun
     last = reached.levels[-1][1]
     if last.log_evidence < log_evidence - 3 * np.hypot(last.se, se):
         warn(messages, f"tempering from a reference at the unreached mode gave "
