@@ -76,7 +76,7 @@ def relax_at_mode(density, layers, mode: np.ndarray, rng: np.random.Generator, s
 
     It starts from tiny steps off the mode (scaled by the Hessian's curvatures), because a
     sharp mode's likelihood falls by millions of nats a short way off it, and spreads by
-    diffusion: on the robot-arm MLP with three hidden units the spread still grew after 400
+    diffusion: on the robot-arm MLP with three hidden units the spread still grew after 800
     sweeps. The moves stay in the mode's domain under the layers' symmetries.
     """
     support = functools.partial(is_nearest_copy, density, layers, mode) if layers else None

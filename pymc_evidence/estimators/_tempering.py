@@ -265,7 +265,8 @@ def final_draws(rng, density, rounds, n_particles):
     positions = np.concatenate(positions)
     model_log_densities = getattr(density, "model_log_densities", None)
     if model_log_densities is not None:  # tempered from a reference: report the model's own
-        log_prior, log_lik = (list(values) for values in zip(model_log_densities(positions)))
+        model_prior, model_likelihood = model_log_densities(positions)
+        log_prior, log_lik = [model_prior], [model_likelihood]
     G = positions.shape[0] // n_particles
     constrained = density.to_constrained(positions)
     posterior = {
