@@ -148,21 +148,11 @@ def _importance_rows(model, layer):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", nargs="+", default=None, metavar="TEXT",
-                        help="run only the models whose name contains one of these")
+    add_run_arguments(parser, CSV, "(fits of hours that a session limit may cut)")
     parser.add_argument("--roles", nargs="+", default=list(ROLES), choices=ROLES)
     parser.add_argument("--seeds", type=int, default=5, help="default fits per model")
     parser.add_argument("--first-seed", type=int, default=1,
                         help="seed of the first default fit (to add fits to earlier ones)")
-    parser.add_argument("--csv", type=Path, default=CSV,
-                        help="where to merge the rows (a second process running at the same "
-                        "time needs its own file; merge them with --merge)")
-    parser.add_argument("--checkpoints", type=Path, default=None, metavar="DIR",
-                        help="save every fit to a checkpoint in DIR and resume from it (fits "
-                        "of hours that a session limit may cut)")
-    parser.add_argument("--merge", nargs="*", type=Path, default=[],
-                        help="CSV files of other processes to merge into --csv before the "
-                        "summary is written")
     args = parser.parse_args(argv)
     rows = []
     seeds = range(args.first_seed, args.first_seed + args.seeds)
@@ -191,6 +181,22 @@ def main(argv=None) -> int:
             ["python benchmarks/mlp_calibration.py", *argv])))
         print(MARKDOWN.read_text())
     return 0
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, csv: Path, checkpoints_note: str):
+    """The options this script shares with the ones that reuse its models and checkpoints:
+    which cases, where the rows go, the checkpoints' directory, other processes' rows."""
+    parser.add_argument("--cases", nargs="+", default=None, metavar="TEXT",
+                        help="run only the models whose name contains one of these")
+    parser.add_argument("--csv", type=Path, default=csv,
+                        help="where to merge the rows (a second process running at the same "
+                        "time needs its own file; merge them with --merge)")
+    parser.add_argument("--checkpoints", type=Path, default=None, metavar="DIR",
+                        help="save every fit to a checkpoint in DIR and resume from it "
+                        + checkpoints_note)
+    parser.add_argument("--merge", nargs="*", type=Path, default=[],
+                        help="CSV files of other processes to merge into --csv before the "
+                        "summary is written")
 
 
 def _checkpoints(directory: Path | None, name: str, role: str):

@@ -154,17 +154,8 @@ def _merged(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", nargs="+", default=None, metavar="TEXT",
-                        help="run only the models whose name contains one of these")
+    mlp_calibration.add_run_arguments(parser, CSV, "(default: a scratch directory per fit)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--csv", type=Path, default=CSV,
-                        help="where to merge the rows (a second process running at the same "
-                        "time needs its own file; merge them with --merge)")
-    parser.add_argument("--checkpoints", type=Path, default=None, metavar="DIR",
-                        help="save every fit to a checkpoint in DIR and resume from it "
-                        "(default: a scratch directory per fit)")
-    parser.add_argument("--merge", nargs="*", type=Path, default=[],
-                        help="CSV files of other processes to merge into --csv")
     args = parser.parse_args(argv)
     table = pd.read_csv(args.csv) if args.csv.exists() else pd.DataFrame()
     for name in mlp_calibration.CASES:

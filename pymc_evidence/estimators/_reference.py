@@ -70,14 +70,15 @@ def _copies(density, layers):
 
 def relax_at_mode(density, layers, mode: np.ndarray, rng: np.random.Generator, sweeps: int,
                   state: kernels.HMCState | None = None, n_points: int = 512,
-                  step_size: float = 0.1) -> tuple[kernels.HMCState, float]:
+                  step_size: float = 0.1, dense: bool = True) -> tuple[kernels.HMCState, float]:
     """A population spread over the posterior around ``mode`` by ``sweeps`` sweeps of HMC at
     λ = 1, continuing ``state`` when given; returns it with the adapted step size.
 
     It starts from tiny steps off the mode (scaled by the Hessian's curvatures), because a
     sharp mode's likelihood falls by millions of nats a short way off it, and spreads by
     diffusion: on the robot-arm MLP with three hidden units the spread still grew after 800
-    sweeps. The moves stay in the mode's domain under the layers' symmetries.
+    sweeps. The moves stay in the mode's domain under the layers' symmetries; ``dense``: the
+    metric's kind, as the tempering's.
     """
     support = functools.partial(is_nearest_copy, density, layers, mode) if layers else None
     if state is None:
@@ -93,7 +94,7 @@ def relax_at_mode(density, layers, mode: np.ndarray, rng: np.random.Generator, s
     weights = np.full(len(state.position), 1.0 / len(state.position))
     for _ in range(sweeps):
         metric = kernels.Metric.from_population(
-            state.position, weights, True,
+            state.position, weights, dense,
             gradients=state.grad_log_prior + state.grad_log_likelihood)
         state, move = kernels.mutate(rng, state, density, 1.0, metric, step_size,
                                      n_transitions=TRANSITIONS_PER_SWEEP, decorrelation=0.0,
@@ -225,7 +226,8 @@ def temper_from_mode(rng, density, mode, n_groups, n_particles, round_settings, 
     levels, previous = [], None
     while True:
         state, step_size = relax_at_mode(density, layers, mode, rng, sweeps - done, state,
-                                         step_size=step_size)
+                                         step_size=step_size,
+                                         dense=round_settings["dense_mass"])
         done = sweeps
         reference = ModeReference(density, layers, mode, state.position, rng)
         bar.new_round(f"from the mode, {sweeps} sweeps")

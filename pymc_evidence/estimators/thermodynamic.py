@@ -422,14 +422,21 @@ def _extra_groups(rng, store, rounds, model, density, backend, ladder, round_set
     estimate = stepping_stone(*round_increments(rounds[:1]))
     if target_se is None or estimate.se <= target_se or n_groups >= settings["max_groups"]:
         return
-    wanted = int(np.ceil(n_groups * (estimate.se / target_se) ** 2 * 1.1))
-    extra = min(wanted, settings["max_groups"]) - n_groups
+    extra = _extra_groups_wanted(estimate.se, settings)
     chunk_args = dict(n_particles=settings["n_particles"], ladder=ladder,
                       tuning=[s.move for s in rounds[0].stages], round_settings=round_settings)
     rounds[1:] = _run_chunks(
         rng, store, rounds, model, density, backend, _chunk_sizes(extra, n_groups),
         chunk_args, cores, first_seconds * extra / n_groups, bar,
     )
+
+
+def _extra_groups_wanted(se: float, settings) -> int:
+    """Groups to add to the first ``n_groups`` for an SE of ``se`` to reach ``target_se``
+    (SE ∝ 1/√groups, with 10 % to spare), within ``max_groups``."""
+    n_groups = settings["n_groups"]
+    wanted = int(np.ceil(n_groups * (se / settings["target_se"]) ** 2 * 1.1))
+    return min(wanted, settings["max_groups"]) - n_groups
 
 
 class EffortCheck(NamedTuple):
@@ -662,8 +669,7 @@ def _more_groups_from_mode(rng, reached, ladder, settings, round_settings,
     # An estimate still moving has an SE of at least its move: more groups would not help.
     if target_se is None or se <= target_se or reached.unsettled is not None:
         return []
-    wanted = int(np.ceil(n_groups * (se / target_se) ** 2 * 1.1))
-    extra = min(wanted, settings["max_groups"]) - n_groups
+    extra = _extra_groups_wanted(se, settings)
     tuning = [stage.move for stage in reached.last_round.stages]
     bar = TemperingBar(progressbar)
     chunks = []
