@@ -118,8 +118,11 @@ def test_tempering_from_a_found_mode_gives_the_evidence_of_both(two_bumps_model,
     assert abs(result.log_evidence - total_evidence()) < 3 * result.se
     assert result.se < 0.2
     assert np.isfinite(result.log_evidence_from_prior) and np.isfinite(result.se_from_prior)
-    # two levels of relaxation that agree, the second with twice the sweeps
-    assert result.reference_sweeps == (100, 200)
+    # levels of relaxation, each with twice the sweeps, until the last ones agree
+    sweeps = result.reference_sweeps
+    assert len(sweeps) >= 1 + reference_module.AGREEING_MOVES
+    assert sweeps[0] == reference_module.REFERENCE_SWEEPS
+    assert all(later == 2 * earlier for earlier, later in zip(sweeps, sweeps[1:]))
     assert result.log_evidence == result.reference_log_evidence[-1]
     assert result.timing["reference"] > 0
     # the draws are the model's posterior: both bumps in their shares, the model's own density
@@ -162,21 +165,51 @@ def test_an_estimate_from_the_mode_that_keeps_moving_keeps_the_gap_rules_se(two_
     # an empty band: no two levels agree
     monkeypatch.setattr(thermodynamic_module, "_MOVE_UP", -1.0)
     monkeypatch.setattr(thermodynamic_module, "_MOVE_DOWN", -1.0)
-    monkeypatch.setattr(reference_module, "MAX_REFERENCE_SWEEPS", 200)
+    first_sweeps = reference_module.REFERENCE_SWEEPS
+    monkeypatch.setattr(reference_module, "MAX_REFERENCE_SWEEPS", 2 * first_sweeps)
     with pytest.warns(pm_evidence.EvidenceWarning, match="kept moving"):
         result = pm_evidence.thermodynamic(two_bumps_model, mode_search=16, random_seed=3,
                                            progressbar=False)
-    assert result.reference_sweeps == (100, 200)
+    assert result.reference_sweeps == (first_sweeps, 2 * first_sweeps)
     first, last = result.reference_log_evidence
     gap = result.best_log_joint_from_prior - result.best_log_joint_from_particles
     by_gap = result.log_evidence_from_prior + np.logaddexp(0.0, gap) - result.log_evidence
     assert result.se >= max(abs(last - first), by_gap) - 1e-12
 
 
-def test_more_groups_from_the_mode_until_target_se(two_bumps_model, monkeypatch):
-    """Settled levels with an SE above ``target_se``: more groups tempered from the last
-    reference on its ladder, pooled, within ``max_groups``."""
+def levels_rising_by(rise):
+    """temper_from_mode with every level before the last set ``rise`` below it."""
+    def temper_from_mode(*args, **kwargs):
+        reached = reference_module.temper_from_mode(*args, **kwargs)
+        *before, (sweeps, last) = reached.levels
+        lower = [(s, level._replace(log_evidence=last.log_evidence - rise))
+                 for s, level in before]
+        return reached._replace(levels=[*lower, (sweeps, last)])
+
+    return temper_from_mode
+
+
+def test_levels_that_agree_but_still_rose_keep_their_rise_in_the_se(two_bumps_model,
+                                                                      monkeypatch):
+    """A reference narrower than the posterior gives estimates that run low: two levels that
+    agree within the band, the last still higher, leave an SE of at least that rise, and no
+    groups are added that could not bring the SE below it."""
     monkeypatch.setattr(thermodynamic_module, "_unreached_matters", lambda *args: True)
+    rise = 0.5
+    monkeypatch.setattr(thermodynamic_module, "temper_from_mode", levels_rising_by(rise))
+    with pytest.warns(pm_evidence.EvidenceWarning, match="rose by 0.50"):
+        result = pm_evidence.thermodynamic(two_bumps_model, mode_search=16, random_seed=3,
+                                           target_se=0.05, progressbar=False)
+    assert result.se >= rise and result.reference_se[-1] < rise
+    assert result.n_groups == 4
+
+
+def test_more_groups_from_the_mode_until_target_se(two_bumps_model, monkeypatch):
+    """Settled levels with an SE above ``target_se`` (and the last not above the one
+    before): more groups tempered from the last reference on its ladder, pooled, within
+    ``max_groups``."""
+    monkeypatch.setattr(thermodynamic_module, "_unreached_matters", lambda *args: True)
+    monkeypatch.setattr(thermodynamic_module, "temper_from_mode", levels_rising_by(0.0))
     with pytest.warns(pm_evidence.EvidenceWarning, match="starts at a reference"):
         result = pm_evidence.thermodynamic(two_bumps_model, mode_search=16, random_seed=3,
                                            target_se=0.01, max_groups=12, progressbar=False)

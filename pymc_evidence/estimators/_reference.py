@@ -56,6 +56,12 @@ WIDENING = 1.5
 DOMAIN_DRAWS = 20_000
 #: HMC transitions per sweep of the relaxation (the metric is re-estimated between sweeps).
 TRANSITIONS_PER_SWEEP = 5
+#: HMC trajectories at the mode, in units of the metric, and their most leapfrog steps, in
+#: the relaxation and in the tempering from the reference: four times the tempering's
+#: defaults, because the points have to travel along the mode's extent rather than mix
+#: locally. On the robot-arm MLP with three hidden units this spread the relaxed population
+#: about three times as far per gradient evaluation as trajectories of length 1.
+LONG_TRAJECTORY_LENGTH, LONG_MAX_LEAPFROG = 4.0, 256
 
 
 def _copies(density, layers):
@@ -75,10 +81,11 @@ def relax_at_mode(density, layers, mode: np.ndarray, rng: np.random.Generator, s
     λ = 1, continuing ``state`` when given; returns it with the adapted step size.
 
     It starts from tiny steps off the mode (scaled by the Hessian's curvatures), because a
-    sharp mode's likelihood falls by millions of nats a short way off it, and spreads by
-    diffusion: on the robot-arm MLP with three hidden units the spread still grew after 800
-    sweeps. The moves stay in the mode's domain under the layers' symmetries; ``dense``: the
-    metric's kind, as the tempering's.
+    sharp mode's likelihood falls by millions of nats a short way off it, and spreads from
+    there along long trajectories: on the robot-arm MLP with three hidden units the spread
+    still grew after 1600 sweeps of the tempering's shorter ones. The moves stay in the
+    mode's domain under the layers' symmetries; ``dense``: the metric's kind, as the
+    tempering's.
     """
     support = functools.partial(is_nearest_copy, density, layers, mode) if layers else None
     if state is None:
@@ -98,7 +105,9 @@ def relax_at_mode(density, layers, mode: np.ndarray, rng: np.random.Generator, s
             gradients=state.grad_log_prior + state.grad_log_likelihood)
         state, move = kernels.mutate(rng, state, density, 1.0, metric, step_size,
                                      n_transitions=TRANSITIONS_PER_SWEEP, decorrelation=0.0,
-                                     support=support)
+                                     support=support,
+                                     trajectory_length=LONG_TRAJECTORY_LENGTH,
+                                     max_leapfrog=LONG_MAX_LEAPFROG)
         step_size = move.step_size
     return state, step_size
 
@@ -198,32 +207,58 @@ class ModeReference:
         return X[rng.permutation(draws)]
 
 
-#: Sweeps of HMC that first relax the population at the found mode, doubled until two
-#: references give estimates that agree (thermodynamic's effort-check band) or the sweeps
-#: reach the most.
-REFERENCE_SWEEPS, MAX_REFERENCE_SWEEPS = 100, 1600
+#: Sweeps of HMC that first relax the population at the found mode, doubled until
+#: ``AGREEING_MOVES`` doublings in a row give estimates that agree (thermodynamic's
+#: effort-check band) or the sweeps reach the most.
+REFERENCE_SWEEPS, MAX_REFERENCE_SWEEPS = 25, 400
+#: One agreement can be a pause in the rise: on the robot-arm MLP with three hidden units, a
+#: doubling that moved the estimate by 0.6 nats came after moves of 4.5 and 6.3, and in
+#: another fit a move of 1.6 was followed by one of 3.4.
+AGREEING_MOVES = 2
 
 
 class ReferenceLevels(NamedTuple):
     """The tempering from references at the found mode: the last reference and its round,
-    each level's (sweeps, estimate), and the last move when the sweeps ran out before two
-    levels agreed (else None)."""
+    each level's (sweeps, estimate), the last move when the sweeps ran out before two levels
+    agreed (else None), and the round settings it ran with (for more groups from it)."""
 
     reference: ModeReference
     last_round: Round
     levels: list
     unsettled: float | None
+    round_settings: dict
+
+    @property
+    def last_rise(self) -> float:
+        """How far the last level's estimate rose above the level ``AGREEING_MOVES`` before
+        it (0 if it fell): a reference narrower than the posterior gives estimates that run
+        low, so levels that agree but still rose may be low by about as much again."""
+        span = min(AGREEING_MOVES, len(self.levels) - 1)
+        before, last = self.levels[-1 - span][1], self.levels[-1][1]
+        return max(0.0, float(last.log_evidence - before.log_evidence))
+
+
+def _with_long_trajectories(round_settings) -> dict:
+    """``round_settings`` with HMC trajectories at least ``LONG_TRAJECTORY_LENGTH`` long."""
+    kernel = round_settings["kernel"]
+    return {**round_settings, "kernel": {
+        **kernel,
+        "trajectory_length": max(kernel["trajectory_length"], LONG_TRAJECTORY_LENGTH),
+        "max_leapfrog": max(kernel["max_leapfrog"], LONG_MAX_LEAPFROG),
+    }}
 
 
 def temper_from_mode(rng, density, mode, n_groups, n_particles, round_settings, bar,
                      settled) -> ReferenceLevels:
     """Relax a population at ``mode`` for ``REFERENCE_SWEEPS`` sweeps, temper from the
     reference fitted to it (``n_groups`` groups of ``n_particles``, the adaptive ladder of
-    ``round_settings``), and repeat with twice the sweeps until two estimates are
-    ``settled(previous, current)`` or the sweeps reach ``MAX_REFERENCE_SWEEPS``."""
+    ``round_settings``, with long trajectories), and repeat with twice the sweeps until
+    ``AGREEING_MOVES`` doublings in a row are ``settled(previous, current)`` or the sweeps
+    reach ``MAX_REFERENCE_SWEEPS``."""
+    round_settings = _with_long_trajectories(round_settings)
     layers = round_settings["layers"]
     state, step_size, done, sweeps = None, 0.1, 0, REFERENCE_SWEEPS
-    levels, previous = [], None
+    levels, previous, agreeing = [], None, 0
     while True:
         state, step_size = relax_at_mode(density, layers, mode, rng, sweeps - done, state,
                                          step_size=step_size,
@@ -237,9 +272,11 @@ def temper_from_mode(rng, density, mode, n_groups, n_particles, round_settings, 
         current = current._replace(se=float(np.hypot(current.se, reference.log_domain_se)))
         levels.append((sweeps, current))
         if previous is not None:
-            if settled(previous, current):
-                return ReferenceLevels(reference, current_round, levels, None)
+            agreeing = agreeing + 1 if settled(previous, current) else 0
+            if agreeing == AGREEING_MOVES:
+                return ReferenceLevels(reference, current_round, levels, None, round_settings)
             if sweeps >= MAX_REFERENCE_SWEEPS:
                 return ReferenceLevels(reference, current_round, levels,
-                                       float(current.log_evidence - previous.log_evidence))
+                                       float(current.log_evidence - previous.log_evidence),
+                                       round_settings)
         previous, sweeps = current, 2 * sweeps

@@ -187,9 +187,13 @@ def thermodynamic(
         (given the particles' Occam factor, by log(1 + exp(gap))), the tempering is run again
         from a reference built at that mode (generalised stepping stone, Fan et al. 2011): half
         the prior, half a Gaussian fitted to a population relaxed by HMC at the mode, for
-        ``100`` sweeps, then twice as many until two such estimates agree (up to 1600; if
-        they never do, the SE is at least the last move and reaches where the gap rule puts
-        the evidence). Its estimate, draws and stages are the result's; the tempering from
+        ``25`` sweeps, then twice as many until two doublings in a row give estimates that
+        agree (up to 400 sweeps; if they never do, the SE is at least the last move and
+        reaches where the gap rule puts the evidence; if they agree but still rose, the SE is
+        at least that rise).
+        At the mode, HMC trajectories are at least 4 long (``trajectory_length``), so that
+        the points travel along the mode's extent. Its estimate, draws and stages are the
+        result's; the tempering from
         the prior's estimate is in ``log_evidence_from_prior``, the levels in
         ``reference_sweeps``, ``reference_log_evidence`` and ``reference_se``, their seconds
         in ``timing["reference"]``, and a warning says what happened. If that estimate is
@@ -630,11 +634,16 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
          f"(levels: {_reference_text(reached.levels)}); cross-check with nested().")
     ladder = np.array([0.0] + [stage.lam for stage in reached.last_round.stages])
     rounds = [reached.last_round, *_more_groups_from_mode(rng, reached, ladder, settings,
-                                                     round_settings, progressbar)]
+                                                     progressbar)]
     timing["reference"] = time.perf_counter() - begun
     result = _result(rng, model, reached.reference, rounds, EffortCheck(rounds, [], None),
                      ladder, settings, timing, start, earlier, messages, 0)
-    reported_se = result.se
+    reported_se = max(result.se, reached.last_rise)
+    if reached.unsettled is None and reached.last_rise > result.se:
+        warn(messages, f"the estimates from the mode agreed, but rose by "
+             f"{reached.last_rise:.2f} over the doublings that agreed "
+             f"({_reference_text(reached.levels)}): the estimate may be low by about as much "
+             "again, and its SE is at least that rise.")
     if reached.unsettled is not None:
         # Still rising: the SE reaches at least to where the gap rule would put the evidence
         # (the mode's height with the particles' Occam factor), as without the tempering.
@@ -659,15 +668,15 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
     )
 
 
-def _more_groups_from_mode(rng, reached, ladder, settings, round_settings,
-                           progressbar) -> list:
+def _more_groups_from_mode(rng, reached, ladder, settings, progressbar) -> list:
     """Groups tempered from the last reference on its ladder, ``n_groups`` at a time, until
     the pooled SE reaches ``target_se`` (at most ``max_groups`` in all), as the tempering from
     the prior runs them; one process, since the reference lives only in this one."""
     n_groups, target_se = settings["n_groups"], settings["target_se"]
     se = reached.levels[-1][1].se
     # An estimate still moving has an SE of at least its move: more groups would not help.
-    if target_se is None or se <= target_se or reached.unsettled is not None:
+    if (target_se is None or se <= target_se or reached.unsettled is not None
+            or reached.last_rise >= target_se):
         return []
     extra = _extra_groups_wanted(se, settings)
     tuning = [stage.move for stage in reached.last_round.stages]
@@ -677,7 +686,7 @@ def _more_groups_from_mode(rng, reached, ladder, settings, round_settings,
         for k, size in enumerate(_chunk_sizes(extra, n_groups), start=2):
             bar.new_round(f"from the mode, round {k}")
             chunks.append(run_round(rng, reached.reference, size, settings["n_particles"],
-                                    ladder, tuning, round_settings, bar.update))
+                                    ladder, tuning, reached.round_settings, bar.update))
     bar.close()
     return chunks
 
