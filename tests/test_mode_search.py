@@ -191,9 +191,9 @@ def levels_rising_by(rise):
 
 def test_levels_that_agree_but_still_rose_keep_their_rise_in_the_se(two_bumps_model,
                                                                       monkeypatch):
-    """A reference narrower than the posterior gives estimates that run low: two levels that
-    agree within the band, the last still higher, leave an SE of at least that rise, and no
-    groups are added that could not bring the SE below it."""
+    """A reference narrower than the posterior gives estimates that run low: levels that
+    agree within the band but still rose leave an SE of at least that rise, and no groups
+    are added that could not bring the SE below it."""
     monkeypatch.setattr(thermodynamic_module, "_unreached_matters", lambda *args: True)
     rise = 0.5
     monkeypatch.setattr(thermodynamic_module, "temper_from_mode", levels_rising_by(rise))
@@ -205,9 +205,8 @@ def test_levels_that_agree_but_still_rose_keep_their_rise_in_the_se(two_bumps_mo
 
 
 def test_more_groups_from_the_mode_until_target_se(two_bumps_model, monkeypatch):
-    """Settled levels with an SE above ``target_se`` (and the last not above the one
-    before): more groups tempered from the last reference on its ladder, pooled, within
-    ``max_groups``."""
+    """Settled levels that did not rise, with an SE above ``target_se``: more groups
+    tempered from the last reference on its ladder, pooled, within ``max_groups``."""
     monkeypatch.setattr(thermodynamic_module, "_unreached_matters", lambda *args: True)
     monkeypatch.setattr(thermodynamic_module, "temper_from_mode", levels_rising_by(0.0))
     with pytest.warns(pm_evidence.EvidenceWarning, match="starts at a reference"):

@@ -219,8 +219,9 @@ AGREEING_MOVES = 2
 
 class ReferenceLevels(NamedTuple):
     """The tempering from references at the found mode: the last reference and its round,
-    each level's (sweeps, estimate), the last move when the sweeps ran out before two levels
-    agreed (else None), and the round settings it ran with (for more groups from it)."""
+    each level's (sweeps, estimate), the last move when the sweeps ran out before
+    ``AGREEING_MOVES`` doublings in a row agreed (else None), and the round settings it ran
+    with (for more groups from it)."""
 
     reference: ModeReference
     last_round: Round

@@ -190,11 +190,10 @@ def thermodynamic(
         ``25`` sweeps, then twice as many until two doublings in a row give estimates that
         agree (up to 400 sweeps; if they never do, the SE is at least the last move and
         reaches where the gap rule puts the evidence; if they agree but still rose, the SE is
-        at least that rise).
-        At the mode, HMC trajectories are at least 4 long (``trajectory_length``), so that
-        the points travel along the mode's extent. Its estimate, draws and stages are the
-        result's; the tempering from
-        the prior's estimate is in ``log_evidence_from_prior``, the levels in
+        at least that rise). At the mode, HMC trajectories are at least 4 long
+        (``trajectory_length``), so that the points travel along the mode's extent. Its
+        estimate, draws and stages are the result's; the tempering from the prior's
+        estimate is in ``log_evidence_from_prior``, the levels in
         ``reference_sweeps``, ``reference_log_evidence`` and ``reference_se``, their seconds
         in ``timing["reference"]``, and a warning says what happened. If that estimate is
         lower than the first by more than 3 combined SE, the first is kept and its SE widened
