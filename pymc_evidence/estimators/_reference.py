@@ -25,8 +25,8 @@ mode, probability P), spread uniformly over the copies, has density q₀(a(θ)) 
 a(θ) the copy of θ in the domain.
 
 :func:`temper_from_mode` relaxes the population, fits the reference and tempers from it,
-relaxing longer until two estimates agree: a reference narrower than the posterior at the mode
-gives estimates that rise as it widens.
+relaxing longer until the estimates of two doublings in a row agree: a reference narrower than
+the posterior at the mode gives estimates that rise as it widens.
 
 Fan, Y., Wu, R., Chen, M.-H., Kuo, L. and Lewis, P. O. (2011). Choosing among partition models
 in Bayesian phylogenetics. Molecular Biology and Evolution 28, 523–532.
