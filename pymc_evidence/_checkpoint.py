@@ -54,7 +54,8 @@ class StateFile:
     """An estimator's state after its last finished stage, with the sampling seconds so far.
 
     ``earlier`` holds the sampling seconds of the sessions before this one once loaded, so a
-    resumed run's timing counts every session.
+    resumed run's timing counts every session; ``state`` the last state loaded or saved (None
+    before either), so that a later part of the run can save beside it.
     """
 
     def __init__(self, path, key: dict):
@@ -62,6 +63,7 @@ class StateFile:
         self.key = _canonical(key)
         self.earlier = 0.0
         self.started = time.perf_counter()
+        self.state = None
 
     def load(self):
         """The saved state, or None when there is no checkpoint yet."""
@@ -82,9 +84,11 @@ class StateFile:
         if saved["key"] != self.key:
             raise ValueError(f"checkpoint {self.path} {_OTHER}")
         self.earlier = saved["sampling_seconds"]
-        return saved["state"]
+        self.state = saved["state"]
+        return self.state
 
     def save(self, state) -> None:
+        self.state = state
         if self.path is None:
             return
 

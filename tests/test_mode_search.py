@@ -2,6 +2,7 @@
 evidences, and its effect on thermodynamic's SE and warnings."""
 
 import importlib
+import warnings
 
 import numpy as np
 import pymc as pm
@@ -10,6 +11,7 @@ from scipy.stats import norm
 
 import pymc_evidence as pm_evidence
 from pymc_evidence import testing
+from pymc_evidence._checkpoint import StateFile
 from pymc_evidence.density import get_density
 from pymc_evidence.estimators._mode_search import ModeSearch, search_modes
 from pymc_evidence.estimators._reference import ModeReference, relax_at_mode
@@ -143,7 +145,7 @@ def test_the_reference_is_a_normalised_density_it_samples_exactly():
     rng = np.random.default_rng(5)
     mode = density.prior_draws(rng, 1)[0]
     state, _ = relax_at_mode(density, layers, mode, rng, 3, n_points=64)
-    reference = ModeReference(density, layers, mode, state.position, rng)
+    reference = ModeReference.fit(density, layers, mode, state.position, rng)
     draws = reference.prior_draws(rng, 4000)
     values = reference(draws)
     ratio = np.exp(density(draws).log_prior - values.log_prior)
@@ -238,3 +240,65 @@ def test_a_failed_tempering_from_the_mode_keeps_the_gap_rules_se(two_bumps_model
     assert result.se == pytest.approx(np.log(10))
     assert any("never reached" in message for message in result.warnings)
     assert not result.reference_sweeps and "reference" in result.timing
+
+
+class Killed(Exception):
+    """Stands for a run stopped right after a checkpoint was written."""
+
+
+@pytest.mark.filterwarnings("ignore:target_se=0.01 not reached")
+def test_a_killed_tempering_from_the_mode_resumes_to_the_same_result(two_bumps_model,
+                                                                      monkeypatch, tmp_path):
+    """The tempering from the mode saves its progress beside the tempering from the prior:
+    stopped during the relaxation, during a level's tempering and between the extra groups,
+    it goes on from there to the uninterrupted result."""
+    monkeypatch.setattr(thermodynamic_module, "_unreached_matters", lambda *args: True)
+    monkeypatch.setattr(thermodynamic_module, "temper_from_mode", levels_rising_by(0.0))
+    options = dict(mode_search=16, random_seed=3, target_se=0.01, max_groups=12,
+                   progressbar=False)
+    save = StateFile.save
+    kinds = []
+
+    def recording(self, state):
+        save(self, state)
+        from_mode = state.get("from_mode")
+        progress = from_mode and from_mode["progress"]
+        kinds.append("prior" if from_mode is None
+                     else "more" if from_mode["more"]
+                     else "relaxation" if progress.gaussian is None
+                     else "stage" if progress.round is not None and progress.round.stages
+                     and progress.round.stages[-1].lam < 1 else "other")
+
+    monkeypatch.setattr(StateFile, "save", recording)
+    with pytest.warns(pm_evidence.EvidenceWarning, match="starts at a reference"):
+        uninterrupted = pm_evidence.thermodynamic(two_bumps_model,
+                                                  checkpoint=tmp_path / "whole.ckpt", **options)
+    assert uninterrupted.n_groups == 12
+    # stop after the 2nd relaxation sweep, in the middle of the second level's tempering and
+    # after the first chunk of extra groups
+    stops = [kinds.index("relaxation") + 1,
+             [i for i, kind in enumerate(kinds) if kind == "stage"][-3],
+             kinds.index("more")]
+    written = []
+
+    def killing(self, state):
+        save(self, state)
+        written.append(state)
+        if len(written) in stops:
+            raise Killed
+
+    monkeypatch.setattr(StateFile, "save", killing)
+    path = tmp_path / "killed.ckpt"
+    for _ in stops:
+        with pytest.raises(Killed), warnings.catch_warnings():
+            warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
+            pm_evidence.thermodynamic(two_bumps_model, checkpoint=path, **options)
+    with pytest.warns(pm_evidence.EvidenceWarning, match="starts at a reference"):
+        resumed = pm_evidence.thermodynamic(two_bumps_model, checkpoint=path, **options)
+    # each state was written once: the resumed runs went on from where they stopped
+    assert len(written) == len(kinds)
+    assert resumed.log_evidence == uninterrupted.log_evidence
+    assert resumed.se == uninterrupted.se
+    assert resumed.reference_log_evidence == uninterrupted.reference_log_evidence
+    assert resumed.diagnostics.equals(uninterrupted.diagnostics)
+    np.testing.assert_array_equal(resumed.posterior["theta"], uninterrupted.posterior["theta"])

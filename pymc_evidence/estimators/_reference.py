@@ -45,7 +45,8 @@ from pymc_evidence.estimators._stepping_stone import round_increments, stepping_
 from pymc_evidence.estimators._tempering import Round, run_round
 from pymc_evidence.symmetry import alignment_map, is_nearest_copy, mlp_symmetry, transform_units
 
-__all__ = ["ModeReference", "ReferenceLevels", "relax_at_mode", "temper_from_mode"]
+__all__ = ["FromModeProgress", "GaussianAtMode", "ModeReference", "ReferenceLevels",
+           "relax_at_mode", "temper_from_mode"]
 
 #: The reference's weight on the prior (the rest on the Gaussian at the mode).
 PRIOR_WEIGHT = 0.5
@@ -76,9 +77,11 @@ def _copies(density, layers):
 
 def relax_at_mode(density, layers, mode: np.ndarray, rng: np.random.Generator, sweeps: int,
                   state: kernels.HMCState | None = None, n_points: int = 512,
-                  step_size: float = 0.1, dense: bool = True) -> tuple[kernels.HMCState, float]:
+                  step_size: float = 0.1, dense: bool = True,
+                  on_sweep=None) -> tuple[kernels.HMCState, float]:
     """A population spread over the posterior around ``mode`` by ``sweeps`` sweeps of HMC at
     λ = 1, continuing ``state`` when given; returns it with the adapted step size.
+    ``on_sweep(state, step_size, k)`` is called after the k-th sweep.
 
     It starts from tiny steps off the mode (scaled by the Hessian's curvatures), because a
     sharp mode's likelihood falls by millions of nats a short way off it, and spreads from
@@ -99,7 +102,7 @@ def relax_at_mode(density, layers, mode: np.ndarray, rng: np.random.Generator, s
             keep &= support(state.position)
         state = kernels.HMCState(*(field[keep] for field in state))
     weights = np.full(len(state.position), 1.0 / len(state.position))
-    for _ in range(sweeps):
+    for k in range(1, sweeps + 1):
         metric = kernels.Metric.from_population(
             state.position, weights, dense,
             gradients=state.grad_log_prior + state.grad_log_likelihood)
@@ -109,7 +112,19 @@ def relax_at_mode(density, layers, mode: np.ndarray, rng: np.random.Generator, s
                                      trajectory_length=LONG_TRAJECTORY_LENGTH,
                                      max_leapfrog=LONG_MAX_LEAPFROG)
         step_size = move.step_size
+        if on_sweep is not None:
+            on_sweep(state, step_size, k)
     return state, step_size
+
+
+class GaussianAtMode(NamedTuple):
+    """The reference's Gaussian: its mean, the Cholesky factor of its covariance, the log of
+    its normaliser (the copies and the domain's probability P included) and that log's SE."""
+
+    mean: np.ndarray
+    chol: np.ndarray
+    log_norm: float
+    log_domain_se: float
 
 
 class ModeReference:
@@ -117,27 +132,39 @@ class ModeReference:
     q, "likelihood" p L / q, so that its λ = 1 is the model's posterior and its evidence the
     model's.
 
-    q = ``PRIOR_WEIGHT`` × prior + the rest × a Gaussian N(mean of ``population``,
-    ``WIDENING`` × its covariance), folded over the copies of ``layers`` (module docstring).
+    q = ``PRIOR_WEIGHT`` × prior + the rest × the ``gaussian``, folded over the copies of
+    ``layers`` (module docstring); :meth:`fit` builds it from a population at the mode.
     ``log_domain_se`` is the standard error of the estimated log P, part of the estimate's.
     """
 
-    def __init__(self, density, layers, mode: np.ndarray, population: np.ndarray,
-                 rng: np.random.Generator):
+    def __init__(self, density, layers, mode: np.ndarray, gaussian: GaussianAtMode):
         self.base, self.layers, self.mode = density, list(layers), np.asarray(mode, float)
         self.dim, self.names, self.shapes = density.dim, density.names, density.shapes
         self.split, self.to_constrained = density.split, density.to_constrained
-        self.layer, self.hidden_units, copies = _copies(density, self.layers)
-        self.mean = population.mean(axis=0)
+        self.layer, self.hidden_units, _ = _copies(density, self.layers)
+        self.gaussian = gaussian
+        self.mean, self._chol, self._log_norm = gaussian.mean, gaussian.chol, gaussian.log_norm
+        self._chol_inv = np.linalg.inv(gaussian.chol)
+        self.log_domain_se = gaussian.log_domain_se
+
+    @classmethod
+    def fit(cls, density, layers, mode: np.ndarray, population: np.ndarray,
+            rng: np.random.Generator) -> ModeReference:
+        """The reference whose Gaussian is N(mean of ``population``, ``WIDENING`` × its
+        covariance), P estimated from ``DOMAIN_DRAWS`` of its draws."""
+        copies = _copies(density, list(layers))[2]
         chol = np.linalg.cholesky(np.atleast_2d(np.cov(population, rowvar=False)) * WIDENING)
-        self._chol, self._chol_inv = chol, np.linalg.inv(chol)
-        self._log_norm = (np.sum(np.log(np.diag(chol)))
-                          + 0.5 * self.dim * np.log(2 * np.pi) + np.log(copies))
-        inside = self._in_domain(self._gaussian_draws(rng, DOMAIN_DRAWS)).mean()
+        log_norm = (np.sum(np.log(np.diag(chol))) + 0.5 * density.dim * np.log(2 * np.pi)
+                    + np.log(copies))
+        unnormalised = cls(density, layers, mode,
+                           GaussianAtMode(population.mean(axis=0), chol, log_norm, np.nan))
+        draws = unnormalised._gaussian_draws(rng, DOMAIN_DRAWS)
+        inside = unnormalised._in_domain(draws).mean()
         if inside == 0:
             raise ValueError("the Gaussian at the mode has no mass in the mode's domain")
-        self._log_norm += np.log(inside)
-        self.log_domain_se = float(np.sqrt((1 - inside) / (inside * DOMAIN_DRAWS)))
+        return cls(density, layers, mode, unnormalised.gaussian._replace(
+            log_norm=log_norm + np.log(inside),
+            log_domain_se=float(np.sqrt((1 - inside) / (inside * DOMAIN_DRAWS)))))
 
     def _gaussian_draws(self, rng, n):
         return self.mean + rng.standard_normal((n, self.dim)) @ self._chol.T
@@ -249,35 +276,75 @@ def _with_long_trajectories(round_settings) -> dict:
     }}
 
 
-def temper_from_mode(rng, density, mode, n_groups, n_particles, round_settings, bar,
-                     settled) -> ReferenceLevels:
+class FromModeProgress(NamedTuple):
+    """How far :func:`temper_from_mode` got, all a checkpoint needs to go on from there: the
+    relaxed population, its step size and sweeps, the current level's reference (None until
+    its relaxation is done) and round (partial or finished), and the levels finished before
+    it, as (sweeps, estimate)."""
+
+    relaxed: kernels.HMCState | None = None
+    step_size: float = 0.1
+    sweeps_done: int = 0
+    gaussian: GaussianAtMode | None = None
+    round: Round | None = None
+    levels: tuple = ()
+
+
+def _agreeing_moves(levels, settled) -> int:
+    """How many doublings in a row, ending with the last level, were ``settled``."""
+    count = 0
+    for (_, previous), (_, current) in reversed(list(zip(levels, levels[1:]))):
+        if not settled(previous, current):
+            break
+        count += 1
+    return count
+
+
+def temper_from_mode(rng, density, mode, n_groups, n_particles, round_settings, bar, settled,
+                     progress: FromModeProgress | None = None, save=None) -> ReferenceLevels:
     """Relax a population at ``mode`` for ``REFERENCE_SWEEPS`` sweeps, temper from the
     reference fitted to it (``n_groups`` groups of ``n_particles``, the adaptive ladder of
     ``round_settings``, with long trajectories), and repeat with twice the sweeps until
     ``AGREEING_MOVES`` doublings in a row are ``settled(previous, current)`` or the sweeps
-    reach ``MAX_REFERENCE_SWEEPS``."""
+    reach ``MAX_REFERENCE_SWEEPS``.
+
+    ``save(progress)`` is called after every sweep, reference and tempering stage; given the
+    generator's state at that call, ``progress`` goes on from there to the same result.
+    """
     round_settings = _with_long_trajectories(round_settings)
     layers = round_settings["layers"]
-    state, step_size, done, sweeps = None, 0.1, 0, REFERENCE_SWEEPS
-    levels, previous, agreeing = [], None, 0
+    progress = progress or FromModeProgress()
+    save = save or (lambda progress: None)
     while True:
-        state, step_size = relax_at_mode(density, layers, mode, rng, sweeps - done, state,
-                                         step_size=step_size,
-                                         dense=round_settings["dense_mass"])
-        done = sweeps
-        reference = ModeReference(density, layers, mode, state.position, rng)
+        sweeps = REFERENCE_SWEEPS * 2 ** len(progress.levels)
+        if progress.gaussian is None:
+            before = progress
+
+            def relaxed(state, step_size, k):
+                save(before._replace(relaxed=state, step_size=step_size,
+                                     sweeps_done=before.sweeps_done + k))
+
+            state, step_size = relax_at_mode(
+                density, layers, mode, rng, sweeps - progress.sweeps_done, progress.relaxed,
+                step_size=progress.step_size, dense=round_settings["dense_mass"],
+                on_sweep=relaxed)
+            reference = ModeReference.fit(density, layers, mode, state.position, rng)
+            progress = FromModeProgress(state, step_size, sweeps, reference.gaussian, None,
+                                        progress.levels)
+            save(progress)
+        else:
+            reference = ModeReference(density, layers, mode, progress.gaussian)
         bar.new_round(f"from the mode, {sweeps} sweeps")
+        level = progress
         current_round = run_round(rng, reference, n_groups, n_particles, None, None,
-                                  round_settings, bar.update)
+                                  round_settings, bar.update, partial=progress.round,
+                                  on_stage=lambda partial: save(level._replace(round=partial)))
         current = stepping_stone(*round_increments([current_round]))
         current = current._replace(se=float(np.hypot(current.se, reference.log_domain_se)))
-        levels.append((sweeps, current))
-        if previous is not None:
-            agreeing = agreeing + 1 if settled(previous, current) else 0
-            if agreeing == AGREEING_MOVES:
-                return ReferenceLevels(reference, current_round, levels, None, round_settings)
-            if sweeps >= MAX_REFERENCE_SWEEPS:
-                return ReferenceLevels(reference, current_round, levels,
-                                       float(current.log_evidence - previous.log_evidence),
-                                       round_settings)
-        previous, sweeps = current, 2 * sweeps
+        levels = [*progress.levels, (sweeps, current)]
+        if _agreeing_moves(levels, settled) >= AGREEING_MOVES:
+            return ReferenceLevels(reference, current_round, levels, None, round_settings)
+        if sweeps >= MAX_REFERENCE_SWEEPS and len(levels) > 1:
+            move = current.log_evidence - levels[-2][1].log_evidence
+            return ReferenceLevels(reference, current_round, levels, float(move), round_settings)
+        progress = progress._replace(gaussian=None, round=None, levels=tuple(levels))

@@ -205,8 +205,10 @@ def thermodynamic(
         ``timing["mode_search"]``.
     checkpoint : str or path, optional
         File where every finished stage is saved (atomically, with the random generator's
-        state). If it exists, the run resumes after its last finished stage and returns exactly
-        what an uninterrupted run would; a finished run is returned without sampling. A
+        state), and, when the mode search found a mode to temper from, every sweep and stage
+        of that tempering. If it exists, the run resumes after its last finished stage and
+        returns exactly what an uninterrupted run would (the search itself runs again, in
+        seconds to a few minutes); a finished run is returned without sampling. A
         checkpoint written with other settings or another model raises an error. The result's
         ``timing["sampling"]`` counts the sampling of every session that worked on the run
         (``timing["earlier_sessions"]``: the part before this call).
@@ -340,7 +342,8 @@ def thermodynamic(
     # A resumed run's cost includes the sampling its checkpoint records from earlier sessions.
     timing = {"compile": compiled - start, "sampling": store.earlier + sampled - compiled,
               "earlier_sessions": store.earlier}
-    reach = dict(round_settings=round_settings, progressbar=progressbar) if prior_starts else None
+    reach = (dict(round_settings=round_settings, progressbar=progressbar, store=store)
+             if prior_starts else None)
     return _result(rng, model, density, rounds, effort, ladder, settings, timing, start,
                    store.earlier, messages, prior_starts, reach)
 
@@ -525,9 +528,9 @@ def _result(rng, model, density, rounds, effort, ladder, settings, timing, start
             messages: list, prior_starts: int, reach=None):
     """The stepping-stone estimate with its cross-checks, warnings (after ``messages``, those
     found before sampling) and draws, and the search for unreached modes from
-    ``prior_starts`` prior draws (0: none), as a result. ``reach`` (the round settings and
-    progress bar) runs the tempering from a mode the search found unreached, whose result
-    then replaces this one (:func:`_reach_mode`)."""
+    ``prior_starts`` prior draws (0: none), as a result. ``reach`` (the round settings,
+    progress bar and checkpoint) runs the tempering from a mode the search found unreached,
+    whose result then replaces this one (:func:`_reach_mode`)."""
     pooled = effort.rounds
     log_ratio, log_ratio_var = round_increments(pooled)
     ss = stepping_stone(log_ratio, log_ratio_var)
@@ -599,16 +602,33 @@ def _unreached_matters(search: ModeSearch, log_evidence: float, se: float) -> bo
 
 
 def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, settings, timing,
-                start, earlier, messages, prior_starts, round_settings, progressbar):
+                start, earlier, messages, prior_starts, round_settings, progressbar, store):
     """The result of tempering from a reference at the mode the search found unreached, or
     None when that estimate lies below the tempering from the prior by more than 3 combined
-    SE (the reference then failed to hold the mode's mass; the caller widens the SE)."""
+    SE (the reference then failed to hold the mode's mass; the caller widens the SE).
+
+    Its progress is saved in ``store`` beside the tempering from the prior, and a resumed
+    run (whose search, run again, finds the same mode) goes on from it.
+    """
     begun = time.perf_counter()
+    from_mode = _saved_from_mode(store, search, prior_starts)
+    if from_mode is None:
+        from_mode = {"mode": search.mode, "prior_starts": prior_starts, "progress": None,
+                     "more": []}
+    else:
+        rng.bit_generator.state = from_mode["rng"]
+
+    def save(**parts):
+        from_mode.update(parts, rng=rng.bit_generator.state)
+        store.save({**(store.state or {}), "from_mode": dict(from_mode)})
+
     bar = TemperingBar(progressbar)
     try:
         with one_blas_thread():
             reached = temper_from_mode(rng, density, search.mode, settings["n_groups"],
-                                       settings["n_particles"], round_settings, bar, _settled)
+                                       settings["n_particles"], round_settings, bar, _settled,
+                                       progress=from_mode["progress"],
+                                       save=lambda progress: save(progress=progress))
     except (ValueError, np.linalg.LinAlgError) as err:
         # e.g. a population at the mode too degenerate for a Gaussian: the sampling done so
         # far is not lost, and the caller widens the SE instead.
@@ -632,8 +652,9 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
          "is low. The estimate is from tempering that starts at a reference built at the mode "
          f"(levels: {_reference_text(reached.levels)}); cross-check with nested().")
     ladder = np.array([0.0] + [stage.lam for stage in reached.last_round.stages])
-    rounds = [reached.last_round, *_more_groups_from_mode(rng, reached, ladder, settings,
-                                                     progressbar)]
+    more = _more_groups_from_mode(rng, reached, ladder, settings, progressbar,
+                                  list(from_mode["more"]), lambda chunks: save(more=list(chunks)))
+    rounds = [reached.last_round, *more]
     timing["reference"] = time.perf_counter() - begun
     result = _result(rng, model, reached.reference, rounds, EffortCheck(rounds, [], None),
                      ladder, settings, timing, start, earlier, messages, 0)
@@ -667,10 +688,21 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
     )
 
 
-def _more_groups_from_mode(rng, reached, ladder, settings, progressbar) -> list:
+def _saved_from_mode(store, search: ModeSearch, prior_starts: int) -> dict | None:
+    """The tempering from the mode that ``store`` holds, if it started at this search's mode."""
+    saved = (store.state or {}).get("from_mode")
+    if (saved is None or saved["prior_starts"] != prior_starts
+            or not np.array_equal(saved["mode"], search.mode)):
+        return None
+    return saved
+
+
+def _more_groups_from_mode(rng, reached, ladder, settings, progressbar, chunks,
+                           on_chunk) -> list:
     """Groups tempered from the last reference on its ladder, ``n_groups`` at a time, until
     the pooled SE reaches ``target_se`` (at most ``max_groups`` in all), as the tempering from
-    the prior runs them; one process, since the reference lives only in this one."""
+    the prior runs them; one process, since the reference lives only in this one. ``chunks``:
+    those a checkpoint kept; ``on_chunk(chunks)`` is called as each one finishes."""
     n_groups, target_se = settings["n_groups"], settings["target_se"]
     se = reached.levels[-1][1].se
     # An estimate still moving has an SE of at least its move: more groups would not help.
@@ -680,12 +712,13 @@ def _more_groups_from_mode(rng, reached, ladder, settings, progressbar) -> list:
     extra = _extra_groups_wanted(se, settings)
     tuning = [stage.move for stage in reached.last_round.stages]
     bar = TemperingBar(progressbar)
-    chunks = []
     with one_blas_thread():
-        for k, size in enumerate(_chunk_sizes(extra, n_groups), start=2):
+        for k, size in enumerate(_chunk_sizes(extra, n_groups)[len(chunks):],
+                                 start=2 + len(chunks)):
             bar.new_round(f"from the mode, round {k}")
             chunks.append(run_round(rng, reached.reference, size, settings["n_particles"],
                                     ladder, tuning, reached.round_settings, bar.update))
+            on_chunk(chunks)
     bar.close()
     return chunks
 
