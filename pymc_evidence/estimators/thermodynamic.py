@@ -625,7 +625,7 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
     bar = TemperingBar(progressbar)
     try:
         with one_blas_thread():
-            reached = temper_from_mode(rng, density, search.mode, settings["n_groups"],
+            reached = temper_from_mode(rng, density, from_mode["mode"], settings["n_groups"],
                                        settings["n_particles"], round_settings, bar, _settled,
                                        progress=from_mode["progress"],
                                        save=lambda progress: save(progress=progress))
@@ -689,10 +689,11 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
 
 
 def _saved_from_mode(store, search: ModeSearch, prior_starts: int) -> dict | None:
-    """The tempering from the mode that ``store`` holds, if it started at this search's mode."""
+    """The tempering from the mode that ``store`` holds, if it started at this search's mode
+    (to rounding: the optimiser's last digits may depend on the linear-algebra library)."""
     saved = (store.state or {}).get("from_mode")
     if (saved is None or saved["prior_starts"] != prior_starts
-            or not np.array_equal(saved["mode"], search.mode)):
+            or not np.allclose(saved["mode"], search.mode, rtol=1e-6, atol=1e-9)):
         return None
     return saved
 
