@@ -107,6 +107,13 @@ class Metric(NamedTuple):
                 if cov is None:
                     return cls(np.maximum(variances, 1e-10 * float(np.max(variances))))
                 variances = np.diag(cov).copy()
+        return cls.from_estimate(variances, cov)
+
+    @classmethod
+    def from_estimate(cls, variances, cov=None) -> "Metric":
+        """Metric of an estimated covariance: dense ``cov`` (its ``variances`` the diagonal),
+        or diagonal ``variances`` alone; a dense one that is not positive definite falls back
+        to its diagonal."""
         variances = np.maximum(variances, 1e-10 * max(float(np.max(variances)), 1e-300))
         if cov is None:
             return cls(variances)
@@ -114,7 +121,7 @@ class Metric(NamedTuple):
             chol = np.linalg.cholesky(cov)
         except np.linalg.LinAlgError:
             return cls(variances)
-        return cls(variances, cov, solve_triangular(chol, np.eye(d), lower=True))
+        return cls(variances, cov, solve_triangular(chol, np.eye(variances.size), lower=True))
 
     def sample_momentum(self, rng, n: int) -> np.ndarray:
         z = rng.standard_normal((n, self.variances.size))

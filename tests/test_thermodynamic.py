@@ -293,6 +293,32 @@ def test_align_moves_particles_to_equivalent_points():
     assert np.all(after <= before + 1e-12) and np.any(after < before - 1e-6)
 
 
+def test_the_metric_averaged_over_the_symmetries_makes_the_moves_commute_with_them():
+    """The aligned particles' covariance averaged over the layer's 2³·3! signed permutations
+    is their group mean, and is left unchanged by each of them: HMC with it moves a copy of a
+    point to the same copy of where it moves the point."""
+    import itertools
+
+    from pymc_evidence.density import get_density
+    from pymc_evidence.symmetry import symmetrised_covariance, transform_units
+
+    density, layer = get_density(testing.robot_arm_mlp(3)), testing.ROBOT_ARM_LAYER
+    random = np.random.default_rng(1).standard_normal((density.dim, density.dim))
+    cov = random @ random.T
+
+    def matrix(permutation, signs):
+        return np.array([transform_units(density, layer, e, list(permutation), list(signs))
+                         for e in np.eye(density.dim)]).T
+
+    group = [matrix(p, s) for p in itertools.permutations(range(3))
+             for s in itertools.product([-1.0, 1.0], repeat=3)]
+    averaged = symmetrised_covariance(density, layer, cov)
+    np.testing.assert_allclose(averaged, np.mean([g @ cov @ g.T for g in group], axis=0),
+                               atol=1e-12)
+    for g in group:
+        np.testing.assert_allclose(g @ averaged @ g.T, averaged, atol=1e-12)
+
+
 def test_integration_is_nan_where_the_rungs_do_not_resolve_the_integrand():
     """Eight schools with a half-Cauchy scale: E_0[log L] diverges (E[τ²] is infinite), so the
     trapezoid rule from λ = 0 has no meaning; the cross-check reports NaN, not 10⁵ ± 10⁵."""

@@ -267,9 +267,12 @@ class ReferenceLevels(NamedTuple):
 
 
 def _with_long_trajectories(round_settings) -> dict:
-    """``round_settings`` with HMC trajectories at least ``LONG_TRAJECTORY_LENGTH`` long."""
+    """``round_settings`` with HMC trajectories at least ``LONG_TRAJECTORY_LENGTH`` long, and
+    aligned moves kept in one copy's domain with the full mass matrix: at the sharp mode the
+    points stay in one copy, and the matrix follows a ridge along which units' weights move
+    together (averaged over the symmetries, those correlations between units vanish)."""
     kernel = round_settings["kernel"]
-    return {**round_settings, "kernel": {
+    return {**round_settings, "symmetric_moves": False, "kernel": {
         **kernel,
         "trajectory_length": max(kernel["trajectory_length"], LONG_TRAJECTORY_LENGTH),
         "max_leapfrog": max(kernel["max_leapfrog"], LONG_MAX_LEAPFROG),

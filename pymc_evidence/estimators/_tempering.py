@@ -18,7 +18,7 @@ from scipy.special import logsumexp
 
 from pymc_evidence import _compat, kernels
 from pymc_evidence.density import check_prior_draws
-from pymc_evidence.symmetry import alignment_map, is_nearest_copy
+from pymc_evidence.symmetry import alignment_map, is_nearest_copy, symmetrised_covariance
 
 __all__ = ["power_ladder", "Stage", "Round", "run_round", "align_population", "final_draws"]
 
@@ -135,7 +135,9 @@ def align_population(density, layers, state: kernels.HMCState,
     it the population's covariance describes one copy of the posterior's modes instead of the
     spread over all 2^h·h! of them, and the metric built from it allows far longer steps.
     The symmetries are signed permutations, so gradients move with the positions. The moves
-    that follow must stay in the reference's domain (``symmetry.is_nearest_copy``).
+    that follow must commute with the symmetries (:func:`_symmetric_metric`), or stay in the
+    reference's domain (``symmetry.is_nearest_copy``), for the law of the functions the
+    particles compute to stay right.
     """
     index, signs = alignment_map(density, layers, reference, state.position)
 
@@ -211,15 +213,18 @@ def run_round(
             state = _take(state, index)
 
         weights = np.exp(log_weights.ravel())
-        support = None
-        if round_settings["layers"]:
-            layers, reference = round_settings["layers"], state.position[np.argmax(weights)]
+        support, layers = None, round_settings["layers"]
+        if layers:
+            reference = state.position[np.argmax(weights)]
             state = align_population(density, layers, state, reference)
-            support = functools.partial(is_nearest_copy, density, layers, reference)
+            if not round_settings["symmetric_moves"]:
+                support = functools.partial(is_nearest_copy, density, layers, reference)
         metric = kernels.Metric.from_population(
             state.position, weights / weights.sum(), round_settings["dense_mass"],
             gradients=state.grad_log_prior + lam * state.grad_log_likelihood,
         )
+        if layers and round_settings["symmetric_moves"]:
+            metric = _symmetric_metric(density, layers[0], metric)
         if tuning:
             step_size, n_transitions = tuning[k].step_size, tuning[k].suggested_transitions
         state, move = kernels.mutate(
@@ -240,6 +245,15 @@ def run_round(
             on_stage(Round(prior_mean_ll, prior_var_ll, stages, state, log_weights))
     return Round(prior_mean_ll, prior_var_ll, stages, state, log_weights)
 
+
+
+def _symmetric_metric(density, layer, metric: kernels.Metric) -> kernels.Metric:
+    """``metric`` averaged over the layer's symmetries (:func:`symmetrised_covariance`)."""
+    if metric.cov is None:
+        variances = np.diag(symmetrised_covariance(density, layer, np.diag(metric.variances)))
+        return kernels.Metric.from_estimate(variances.copy())
+    cov = symmetrised_covariance(density, layer, metric.cov)
+    return kernels.Metric.from_estimate(np.diag(cov).copy(), cov)
 
 
 def _rhat(values: np.ndarray) -> float:
