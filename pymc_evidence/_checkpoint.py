@@ -22,7 +22,7 @@ __all__ = ["FORMAT", "StateFile", "ResultDirectory", "run_key"]
 
 #: 3: results typed per method, plumbing shared by every estimator; 4: nested's alignment
 #: reference is part of its state. (Thermodynamic's tempering from a found mode is a part that
-#: older checkpoints lack and a resumed run then starts afresh: no new format.)
+#: older checkpoints lack, and a run resumed from one starts that part afresh: no new format.)
 FORMAT = 4
 
 _OLDER = ("was written by an older version of pymc-evidence; delete it or pass another "

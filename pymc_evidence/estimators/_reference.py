@@ -266,7 +266,7 @@ class ReferenceLevels(NamedTuple):
         return max(0.0, float(last.log_evidence - before.log_evidence))
 
 
-def _with_long_trajectories(round_settings) -> dict:
+def _settings_at_mode(round_settings) -> dict:
     """``round_settings`` with HMC trajectories at least ``LONG_TRAJECTORY_LENGTH`` long, and
     aligned moves kept in one copy's domain with the full mass matrix: at the sharp mode the
     points stay in one copy, and the matrix follows a ridge along which units' weights move
@@ -314,7 +314,7 @@ def temper_from_mode(rng, density, mode, n_groups, n_particles, round_settings, 
     ``save(progress)`` is called after every sweep, reference and tempering stage; given the
     generator's state at that call, ``progress`` goes on from there to the same result.
     """
-    round_settings = _with_long_trajectories(round_settings)
+    round_settings = _settings_at_mode(round_settings)
     layers = round_settings["layers"]
     progress = progress or FromModeProgress()
     save = save or (lambda progress: None)

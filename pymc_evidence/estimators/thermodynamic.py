@@ -158,13 +158,13 @@ def thermodynamic(
         most copies is aligned), and the mass matrix estimated from the aligned particles is
         averaged over the symmetries, so that the moves commute with them: the density is
         unchanged, but the mass matrix then fits one copy of the modes rather than all of
-        them (on the robot-arm MLP
-        with h = 4 the step size doubles and the groups' estimates, 90 nats apart without it,
-        come within 11 nats; with h = 1 and no other setting changed, −540.5 ± 4030 without
-        it where −514.5 is right). ``"auto"``: the layers recognised in the model's graph
-        (an activation of ``x @ W + b`` whose outputs go on through ``@ V``, or whose output
-        weights the model integrates out) whose units permuting and sign-flipping leaves the
-        model's density unchanged at prior draws; the ones used are in
+        them (on the robot-arm MLP with h = 4 the step size doubles and the groups'
+        estimates, 90 nats apart without it, come within 11 nats; with h = 1 and no other
+        setting changed, −540.5 ± 4030 without it where −514.5 is right). ``"auto"``: the
+        layers recognised in the model's graph (an activation of ``x @ W + b`` whose outputs
+        go on through ``@ V``, or whose output weights the model integrates out) whose units
+        permuting and sign-flipping leaves the model's density unchanged at prior draws; the
+        ones used are in
         ``settings["mlp_layers"]``. Pass them explicitly for a layer the graph does not show,
         None for no alignment.
     effort_check : {"auto", True, False}, default "auto"
@@ -961,4 +961,3 @@ def _warn_on_soft_problems(messages, ss, ti, log_ratio_var, rounds, target_se, n
             f"target_se={target_se} not reached (SE {ss.se:.3f}) within max_groups; raise "
             "max_groups or n_particles.",
         )
-
