@@ -319,6 +319,33 @@ def test_the_metric_averaged_over_the_symmetries_makes_the_moves_commute_with_th
         np.testing.assert_allclose(g @ averaged @ g.T, averaged, atol=1e-12)
 
 
+def test_aligned_tempering_moves_with_the_averaged_matrix_and_no_restriction(monkeypatch):
+    """On an MLP every rung's moves get the mass matrix averaged over the layer's symmetries,
+    unrestricted: a restriction to one copy's domain stops them with many hidden units."""
+    from pymc_evidence import kernels
+    from pymc_evidence.density import get_density
+    from pymc_evidence.symmetry import transform_units
+
+    calls, mutate = [], kernels.mutate
+
+    def recording(rng, state, density, lam, metric, step_size, **kwargs):
+        calls.append((metric, kwargs.get("support")))
+        return mutate(rng, state, density, lam, metric, step_size, **kwargs)
+
+    monkeypatch.setattr(kernels, "mutate", recording)
+    model = testing.robot_arm_mlp(2)
+    pm_evidence.thermodynamic(model, ladder=[0.0, 0.01, 0.1, 1.0], n_particles=32, n_groups=2,
+                              max_groups=2, target_se=None, mode_search=False,
+                              random_seed=0, progressbar=False)
+    density, layer = get_density(model), testing.ROBOT_ARM_LAYER
+    swap = np.array([transform_units(density, layer, e, [1, 0], [-1.0, 1.0])
+                     for e in np.eye(density.dim)]).T
+    assert len(calls) == 3
+    for metric, support in calls:
+        assert support is None
+        np.testing.assert_allclose(swap @ metric.cov @ swap.T, metric.cov, atol=1e-10)
+
+
 def test_integration_is_nan_where_the_rungs_do_not_resolve_the_integrand():
     """Eight schools with a half-Cauchy scale: E_0[log L] diverges (E[τ²] is infinite), so the
     trapezoid rule from λ = 0 has no meaning; the cross-check reports NaN, not 10⁵ ± 10⁵."""
