@@ -143,9 +143,11 @@ class ModeReference:
         self.split, self.to_constrained = density.split, density.to_constrained
         self.layer, self.hidden_units, _ = _copies(density, self.layers)
         self.gaussian = gaussian
-        self.mean, self._chol, self._log_norm = gaussian.mean, gaussian.chol, gaussian.log_norm
         self._chol_inv = np.linalg.inv(gaussian.chol)
-        self.log_domain_se = gaussian.log_domain_se
+
+    @property
+    def log_domain_se(self) -> float:
+        return self.gaussian.log_domain_se
 
     @classmethod
     def fit(cls, density, layers, mode: np.ndarray, population: np.ndarray,
@@ -167,7 +169,7 @@ class ModeReference:
             log_domain_se=float(np.sqrt((1 - inside) / (inside * DOMAIN_DRAWS)))))
 
     def _gaussian_draws(self, rng, n):
-        return self.mean + rng.standard_normal((n, self.dim)) @ self._chol.T
+        return self.gaussian.mean + rng.standard_normal((n, self.dim)) @ self.gaussian.chol.T
 
     def _in_domain(self, X):
         if not self.layers:
@@ -182,14 +184,14 @@ class ModeReference:
             aligned = signs * X[rows, index]
         else:
             aligned = X
-        r = (aligned - self.mean) @ self._chol_inv.T
+        r = (aligned - self.gaussian.mean) @ self._chol_inv.T
         grad_aligned = -(r @ self._chol_inv)
         if not self.layers:
-            return -0.5 * np.sum(r**2, axis=1) - self._log_norm, grad_aligned
+            return -0.5 * np.sum(r**2, axis=1) - self.gaussian.log_norm, grad_aligned
         # The fold is a signed permutation: carry the gradient back to θ's coordinates.
         grad = np.empty_like(grad_aligned)
         grad[rows, index] = signs * grad_aligned
-        return -0.5 * np.sum(r**2, axis=1) - self._log_norm, grad
+        return -0.5 * np.sum(r**2, axis=1) - self.gaussian.log_norm, grad
 
     def __call__(self, X: np.ndarray) -> DensityValues:
         X = np.atleast_2d(np.asarray(X, float))
