@@ -33,14 +33,16 @@ def _log_axis(axis, values) -> None:
 def _value_axis(ax, values) -> None:
     """The y scale for values that may span decades: linear unless their magnitudes span more
     than two decades; then a symmetric log scale that is linear only below the smallest
-    magnitude, with ticks at 1, 2 and 5 × 10^k labelled in plain numbers."""
+    magnitude (at most ten decades below the largest, so that a value that happens to lie near
+    zero does not crowd the labels there), with ticks at 1, 2 and 5 × 10^k labelled in plain
+    numbers."""
     from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
 
     magnitude = np.abs(np.asarray(values, dtype=float))
     magnitude = magnitude[np.isfinite(magnitude) & (magnitude > 0)]
     if magnitude.size == 0 or magnitude.max() < 100 * magnitude.min():
         return
-    threshold = float(magnitude.min())
+    threshold = max(float(magnitude.min()), float(magnitude.max()) * 1e-10)
     ax.set_yscale("symlog", linthresh=threshold)
     decades = np.log10(magnitude.max() / threshold)
     ax.yaxis.set_major_locator(SymmetricalLogLocator(
