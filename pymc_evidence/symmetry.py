@@ -505,11 +505,16 @@ def is_nearest_copy(density, layers: list[MLPLayer], reference: np.ndarray,
     crosses into another copy's domain, where the copies overlap, changes the law of the
     functions the points compute (on Liang's MLPs the evidence came out 0.04–0.13 nats low).
     Kept there, the moves barely move once the domain is thin, as it is with many redundant
-    units (:func:`symmetrised_covariance` is the other way).
+    units (:func:`symmetrised_covariance` is the other way). A point with a non-finite
+    coordinate (a diverged trajectory) is in no domain.
     """
     x = np.atleast_2d(np.asarray(x, float))
-    index, signs = alignment_map(density, layers, reference, x)
-    return np.all(index == np.arange(x.shape[1]), axis=1) & np.all(signs > 0, axis=1)
+    inside = np.all(np.isfinite(x), axis=1)
+    if inside.any():
+        index, signs = alignment_map(density, layers, reference, x[inside])
+        inside[inside] = (np.all(index == np.arange(x.shape[1]), axis=1)
+                          & np.all(signs > 0, axis=1))
+    return inside
 
 
 def symmetrised_covariance(density, layer: MLPLayer, cov: np.ndarray) -> np.ndarray:

@@ -269,6 +269,22 @@ def test_of_several_layers_the_one_with_most_copies_is_aligned():
     assert sampling_layers(density, [first]) == [first]
 
 
+def test_a_non_finite_point_is_in_no_copys_domain():
+    """A diverged point (NaN or inf) is outside every domain, instead of failing the
+    assignment that aligns it (scipy's Hungarian solver, used from five hidden units on)."""
+    from pymc_evidence.density import get_density
+    from pymc_evidence.symmetry import _unit_coordinates, is_nearest_copy
+
+    layer = testing.ROBOT_ARM_LAYER
+    for h in (2, 6):  # every permutation tried at once; one Hungarian assignment per point
+        density = get_density(testing.robot_arm_mlp(h))
+        weight = _unit_coordinates(density, layer)[0][0, 0]  # a hidden unit's input weight
+        x = np.repeat(density.prior_draws(np.random.default_rng(1), 1), 3, axis=0)
+        x[1, weight], x[2, weight] = np.nan, np.inf
+        inside = is_nearest_copy(density, [layer], x[0], x)
+        np.testing.assert_array_equal(inside, [True, False, False])
+
+
 def test_align_moves_particles_to_equivalent_points():
     """Aligned particles have the log density and gradients the density computes there, their
     hidden units are nearer the reference's than before, and each is its own nearest copy."""
