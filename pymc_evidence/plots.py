@@ -32,21 +32,23 @@ def _log_axis(axis, values) -> None:
 
 def _value_axis(ax, values) -> None:
     """The y scale for values that may span decades: linear unless their magnitudes span more
-    than two decades; then a symmetric log scale that is linear only below the smallest
-    magnitude (at most ten decades below the largest, so that a value that happens to lie near
-    zero does not crowd the labels there), with ticks at 1, 2 and 5 × 10^k labelled in plain
-    numbers."""
-    from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
+    than two decades; then a symmetric log scale, linear below the power of ten at or above
+    the smallest magnitude (at most ten decades below the largest, so that a value that
+    happens to lie near zero does not crowd the labels there), with ticks at 0 and 1, 2 and
+    5 × 10^k labelled in plain numbers."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter
 
     magnitude = np.abs(np.asarray(values, dtype=float))
     magnitude = magnitude[np.isfinite(magnitude) & (magnitude > 0)]
     if magnitude.size == 0 or magnitude.max() < 100 * magnitude.min():
         return
-    threshold = max(float(magnitude.min()), float(magnitude.max()) * 1e-10)
-    ax.set_yscale("symlog", linthresh=threshold)
-    decades = np.log10(magnitude.max() / threshold)
-    ax.yaxis.set_major_locator(SymmetricalLogLocator(
-        base=10, linthresh=threshold, subs=(1.0, 2.0, 5.0) if decades <= 3 else (1.0,)))
+    largest = float(magnitude.max())
+    lowest = int(np.ceil(np.log10(max(float(magnitude.min()), largest * 1e-10))))
+    ax.set_yscale("symlog", linthresh=10.0**lowest)
+    highest = int(np.floor(np.log10(largest)))
+    subs = (1.0, 2.0, 5.0) if highest - lowest <= 3 else (1.0,)
+    ticks = [s * 10.0**k for k in range(lowest, highest + 1) for s in subs]
+    ax.yaxis.set_major_locator(FixedLocator([-t for t in ticks[::-1]] + [0.0] + ticks))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda tick, _: f"{tick:g}"))
 
 
