@@ -316,19 +316,26 @@ def swap_symmetric_target():
     return log_density, exact, tau, canonicalise
 
 
+def canonical_starts(rng, n, log_density, canonicalise):
+    """Of ``n`` N(0, I) draws, the canonical copies of those above the 30 % quantile of log L
+    (that quantile is the threshold), with their densities and the best draw as reference."""
+    x = rng.normal(0.0, 1.0, size=(n, 3))
+    log_prior, log_likelihood = log_density(x)
+    threshold = np.quantile(log_likelihood, 0.3)
+    keep = log_likelihood > threshold
+    reference = x[np.argmax(log_likelihood)]
+    return (canonicalise(x[keep], reference), log_prior[keep], log_likelihood[keep], threshold,
+            reference)
+
+
 def test_slice_moves_stay_among_canonical_points():
     """Target symmetric under the swap of θ₀ and θ₁, canonicalised to the copy nearest a
     reference: from canonical starts, every move ends at a canonical point (a move into the
     other copy is rejected, not mapped back), and the chains do move."""
     log_density, _, _, canonicalise = swap_symmetric_target()
     rng = np.random.default_rng(5)
-    x = rng.normal(0.0, 1.0, size=(400, 3))
-    log_prior, log_likelihood = log_density(x)
-    threshold = np.quantile(log_likelihood, 0.3)
-    keep = log_likelihood > threshold
-    reference = x[np.argmax(log_likelihood)]
-    x = canonicalise(x[keep], reference)
-    log_prior, log_likelihood = log_prior[keep], log_likelihood[keep]
+    x, log_prior, log_likelihood, threshold, reference = canonical_starts(
+        rng, 400, log_density, canonicalise)
     clusters = _fit_clusters(x, 1, 0, reference)
     start = x
     for _ in range(10):
@@ -350,13 +357,8 @@ def test_symmetrised_directions_cross_copies_and_keep_the_evidence():
         return 0.5 * (cov + cov[np.ix_(SWAP, SWAP)])
 
     rng = np.random.default_rng(5)
-    x = rng.normal(0.0, 1.0, size=(4000, 3))
-    log_prior, log_likelihood = log_density(x)
-    threshold = np.quantile(log_likelihood, 0.3)
-    keep = log_likelihood > threshold
-    reference = x[np.argmax(log_likelihood)]
-    x = canonicalise(x[keep], reference)
-    log_prior, log_likelihood = log_prior[keep], log_likelihood[keep]
+    x, log_prior, log_likelihood, threshold, reference = canonical_starts(
+        rng, 4000, log_density, canonicalise)
     clusters = _fit_clusters(x, 1, 0, reference, symmetrise)
     cov = clusters.cholesky[0] @ clusters.cholesky[0].T
     np.testing.assert_allclose(cov, cov[np.ix_(SWAP, SWAP)], rtol=1e-9, atol=1e-12)

@@ -164,9 +164,8 @@ def thermodynamic(
         layers recognised in the model's graph (an activation of ``x @ W + b`` whose outputs
         go on through ``@ V``, or whose output weights the model integrates out) whose units
         permuting and sign-flipping leaves the model's density unchanged at prior draws; the
-        ones used are in
-        ``settings["mlp_layers"]``. Pass them explicitly for a layer the graph does not show,
-        None for no alignment.
+        ones used are in ``settings["mlp_layers"]``. Pass them explicitly for a layer the
+        graph does not show, None for no alignment.
     effort_check : {"auto", True, False}, default "auto"
         After the groups above, run ``n_groups`` groups with twice the particles on the same
         ladder and compare: too few particles to hold a multimodal posterior's modes bias the
