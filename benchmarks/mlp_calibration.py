@@ -115,7 +115,7 @@ def run_role(role: str, model, layer, seeds: range, dim: int, checkpoint=None):
         begun = time.perf_counter()
         result = pm_evidence.thermodynamic(model, random_seed=seed, progressbar=False, cores=1,
                                            checkpoint=checkpoint(seed), **options)
-        effort = " ".join(f"{p}:{z:.2f}±{s:.2f}" for p, z, s in zip(
+        effort = " ".join(f"{p}:{z:.3f}±{s:.3f}" for p, z, s in zip(
             result.effort_particles, result.effort_log_evidence, result.effort_se))
         yield {"seed": seed, "log_z": result.log_evidence, "se": result.se,
                "seconds": _seconds(begun, result), "effort": effort,
