@@ -109,6 +109,11 @@ def cases():
             n_particles=64, target_se=None, **quiet),
         "thermodynamic_liang_mlp": lambda: pm_evidence.thermodynamic(
             _liang(), n_particles=32, target_se=None, mlp_layers=layer, random_seed=9, **quiet),
+        "nested_mixture": lambda: pm_evidence.nested(
+            mix, n_live=100, target_se=None, n_runs=2, random_seed=11, cores=1, **quiet),
+        "nested_liang_mlp": lambda: pm_evidence.nested(
+            _liang(), n_live=60, target_se=None, n_runs=2, mlp_layers=layer,
+            random_seed=12, cores=1, **quiet),
     }
 
 
