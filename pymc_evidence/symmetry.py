@@ -466,14 +466,21 @@ def alignment_map(density, layers: list[MLPLayer], reference: np.ndarray, x: np.
     ``align_units(...) == signs * x[index]`` (row by row for a batch (m, d)).
 
     The symmetry is linear and orthogonal, so the same map carries the gradient of the log
-    density at ``x`` to its gradient at the aligned point.
+    density at ``x`` to its gradient at the aligned point. A row with a non-finite coordinate
+    (a diverged trajectory's proposal) has no nearest copy and maps to itself.
     """
     x = np.asarray(x, float)
     points = np.atleast_2d(x)
     reference = np.asarray(reference, float)
     m, d = points.shape
-    rows = np.arange(m)[:, None]
     index, signs = np.tile(np.arange(d), (m, 1)), np.ones((m, d))
+    finite = np.all(np.isfinite(points), axis=1)
+    if not finite.all():
+        if finite.any():
+            index[finite], signs[finite] = alignment_map(density, layers, reference,
+                                                         points[finite])
+        return index.reshape(x.shape), signs.reshape(x.shape)
+    rows = np.arange(m)[:, None]
     for layer in layers:
         current = signs * points[rows, index]
         incoming, outgoing = _unit_coordinates(density, layer)
@@ -509,12 +516,9 @@ def is_nearest_copy(density, layers: list[MLPLayer], reference: np.ndarray,
     coordinate (a diverged trajectory) is in no domain.
     """
     x = np.atleast_2d(np.asarray(x, float))
-    inside = np.all(np.isfinite(x), axis=1)
-    if inside.any():
-        index, signs = alignment_map(density, layers, reference, x[inside])
-        inside[inside] = (np.all(index == np.arange(x.shape[1]), axis=1)
-                          & np.all(signs > 0, axis=1))
-    return inside
+    index, signs = alignment_map(density, layers, reference, x)
+    return (np.all(np.isfinite(x), axis=1) & np.all(index == np.arange(x.shape[1]), axis=1)
+            & np.all(signs > 0, axis=1))
 
 
 def symmetrised_covariance(density, layer: MLPLayer, cov: np.ndarray) -> np.ndarray:
