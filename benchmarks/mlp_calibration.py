@@ -341,8 +341,8 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "SE. Levels: the effort checks' first two levels (independent runs with 256 and 512 "
         "particles per group) against each other, Σ (log Z₁ − log Z₂)² / (SE₁² + SE₂²) over the "
         "fits, which needs no reference and is about the number of pairs when the SEs are "
-        "honest (levels are stored to 0.01 nats). Seconds: mean per fit, one core (often "
-        "shared with another benchmark).",
+        "honest (levels are stored to 0.001 nats, in older rows to 0.01). Seconds: mean per "
+        "fit, one core (often shared with another benchmark).",
         "",
         "| model | d | reference | others | setting | mean log Z | median SE | mean \\|z\\| "
         "| max \\|z\\| | within 2 SE | mean z | effort checks (moved) | levels: χ² / pairs "
