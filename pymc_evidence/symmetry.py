@@ -466,15 +466,16 @@ def alignment_map(density, layers: list[MLPLayer], reference: np.ndarray, x: np.
     ``align_units(...) == signs * x[index]`` (row by row for a batch (m, d)).
 
     The symmetry is linear and orthogonal, so the same map carries the gradient of the log
-    density at ``x`` to its gradient at the aligned point. A row with a non-finite coordinate
-    (a diverged trajectory's proposal) has no nearest copy and maps to itself.
+    density at ``x`` to its gradient at the aligned point. A row too far out for its distances
+    to the reference's units to be finite (a diverged trajectory's proposal: non-finite, or
+    beyond about 1e153) has no nearest copy and maps to itself.
     """
     x = np.asarray(x, float)
     points = np.atleast_2d(x)
     reference = np.asarray(reference, float)
     m, d = points.shape
     index, signs = np.tile(np.arange(d), (m, 1)), np.ones((m, d))
-    finite = np.all(np.isfinite(points), axis=1)
+    finite = _alignable(points, reference)
     if not finite.all():
         if finite.any():
             index[finite], signs[finite] = alignment_map(density, layers, reference,
@@ -512,13 +513,20 @@ def is_nearest_copy(density, layers: list[MLPLayer], reference: np.ndarray,
     crosses into another copy's domain, where the copies overlap, changes the law of the
     functions the points compute (on Liang's MLPs the evidence came out 0.04–0.13 nats low).
     Kept there, the moves barely move once the domain is thin, as it is with many redundant
-    units (:func:`symmetrised_covariance` is the other way). A point with a non-finite
-    coordinate (a diverged trajectory) is in no domain.
+    units (:func:`symmetrised_covariance` is the other way). A point too far out to align (a
+    diverged trajectory: non-finite, or beyond about 1e153) is in no domain.
     """
     x = np.atleast_2d(np.asarray(x, float))
     index, signs = alignment_map(density, layers, reference, x)
-    return (np.all(np.isfinite(x), axis=1) & np.all(index == np.arange(x.shape[1]), axis=1)
-            & np.all(signs > 0, axis=1))
+    return (_alignable(x, np.asarray(reference, float))
+            & np.all(index == np.arange(x.shape[1]), axis=1) & np.all(signs > 0, axis=1))
+
+
+def _alignable(points: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Rows whose squared distances between units and the reference's are all finite: each
+    is at most 2|x|² + 2|reference|²."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.isfinite(2 * np.sum(points**2, axis=1) + 2 * np.sum(reference**2))
 
 
 def symmetrised_covariance(density, layer: MLPLayer, cov: np.ndarray) -> np.ndarray:

@@ -269,10 +269,11 @@ def test_of_several_layers_the_one_with_most_copies_is_aligned():
     assert sampling_layers(density, [first]) == [first]
 
 
-def test_a_non_finite_point_aligns_to_itself_and_is_in_no_copys_domain():
-    """A diverged point (NaN or inf) maps to itself and is outside every domain, instead of
-    failing the assignment that aligns it (scipy's Hungarian solver, used from five hidden
-    units on); the batch's other points align as they would alone."""
+def test_a_diverged_point_aligns_to_itself_and_is_in_no_copys_domain():
+    """A diverged point (NaN, inf, or so large that its squared distances overflow) maps to
+    itself and is outside every domain, instead of failing the assignment that aligns it
+    (scipy's Hungarian solver, used from five hidden units on); the batch's other points align
+    as they would alone."""
     from pymc_evidence.density import get_density
     from pymc_evidence.symmetry import _unit_coordinates, alignment_map, is_nearest_copy
 
@@ -280,18 +281,18 @@ def test_a_non_finite_point_aligns_to_itself_and_is_in_no_copys_domain():
     for h in (2, 6):  # every permutation tried at once; one Hungarian assignment per point
         density = get_density(testing.robot_arm_mlp(h))
         weight = _unit_coordinates(density, layer)[0][0, 0]  # a hidden unit's input weight
-        x = density.prior_draws(np.random.default_rng(1), 4)
+        x = density.prior_draws(np.random.default_rng(1), 5)
         reference = density.prior_draws(np.random.default_rng(2), 1)[0]
-        x[1, weight], x[2, weight] = np.nan, np.inf
+        x[1, weight], x[2, weight], x[3, weight] = np.nan, np.inf, 1e200
         index, signs = alignment_map(density, [layer], reference, x)
-        alone_index, alone_signs = alignment_map(density, [layer], reference, x[[0, 3]])
-        np.testing.assert_array_equal(index[[0, 3]], alone_index)
-        np.testing.assert_array_equal(signs[[0, 3]], alone_signs)
+        alone_index, alone_signs = alignment_map(density, [layer], reference, x[[0, 4]])
+        np.testing.assert_array_equal(index[[0, 4]], alone_index)
+        np.testing.assert_array_equal(signs[[0, 4]], alone_signs)
         assert not np.array_equal(alone_index[0], np.arange(density.dim))  # a real alignment
-        np.testing.assert_array_equal(index[1:3], np.tile(np.arange(density.dim), (2, 1)))
-        np.testing.assert_array_equal(signs[1:3], 1.0)
+        np.testing.assert_array_equal(index[1:4], np.tile(np.arange(density.dim), (3, 1)))
+        np.testing.assert_array_equal(signs[1:4], 1.0)
         inside = is_nearest_copy(density, [layer], x[0], x)
-        np.testing.assert_array_equal(inside, [True, False, False, False])
+        np.testing.assert_array_equal(inside, [True, False, False, False, False])
 
 
 def test_align_moves_particles_to_equivalent_points():
