@@ -523,8 +523,8 @@ def is_nearest_copy(density, layers: list[MLPLayer], reference: np.ndarray,
 
 
 def _alignable(points: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    """Rows whose squared distances between units and the reference's are all finite: each
-    is at most 2|x|² + 2|reference|²."""
+    """Rows of ``points`` whose squared distances to the reference's units are sure to be
+    finite (each is at most 2|x|² + 2|reference|²)."""
     with np.errstate(over="ignore", invalid="ignore"):
         return np.isfinite(2 * np.sum(points**2, axis=1) + 2 * np.sum(reference**2))
 
