@@ -29,9 +29,7 @@ from pymc_evidence.estimators._nested_core import (
 from pymc_evidence.estimators._stepping_stone import lognormal_se
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
 from pymc_evidence.results import NestedResult, warn
-from pymc_evidence.symmetry import (
-    MLPLayer, align_units, resolve_layers, sampling_layers, symmetrised_covariance,
-)
+from pymc_evidence.symmetry import MLPLayer, align_units, resolve_layers, sampling_layers
 
 __all__ = ["nested"]
 
@@ -134,11 +132,11 @@ def nested(
         The model's MLP hidden layers (see :class:`~pymc_evidence.MLPLayer`). Each run maps
         points, under the layers' sign-flip and permutation symmetries, to their copy nearest
         its live point of highest likelihood (chosen again at every cluster fit) before the
-        live points' covariances and clusters are estimated, and averages each covariance
-        over the symmetries, so that the slice moves commute with them and may cross between
-        copies (with several layers, the one with the most copies is aligned): the
-        likelihood is unchanged, but the slice directions then fit one copy of the
-        posterior's modes instead of spanning all of them. ``"auto"``: the layers
+        live points' covariances and clusters are estimated, and keeps the slice moves among
+        such aligned points (with several layers, the one with the most copies is aligned):
+        the likelihood is unchanged, but the slice directions then fit one copy of the
+        posterior's modes, with each unit's own scales and the correlations between units,
+        instead of spanning all of them. ``"auto"``: the layers
         recognised in the model's graph (an activation of ``x @ W + b`` whose outputs go on
         through ``@ V``, or whose output weights the model integrates out) whose units
         permuting and sign-flipping leaves the model's density unchanged at prior draws, as
@@ -377,7 +375,7 @@ def _one_run(density, seed, settings, index, progressbar, current, save) -> Nest
         rng.bit_generator.state = rng_state
     else:
         live = density.prior_draws(rng, settings["n_live"])
-    canonicalise, symmetrise = _symmetry_maps(density, settings["mlp_layers"])
+    canonicalise = _canonical_copy(density, settings["mlp_layers"])
     bar = progress_bar(progressbar, desc=f"Nested sampling (run {index + 1})", unit=" steps")
     last_save = time.perf_counter()
 
@@ -396,7 +394,6 @@ def _one_run(density, seed, settings, index, progressbar, current, save) -> Nest
             num_delete=settings["num_delete"], num_inner_steps=settings["num_inner_steps"],
             termination=settings["termination"], max_steps=settings["max_steps"],
             max_clusters=settings["max_clusters"], canonicalise=canonicalise,
-            symmetrise=symmetrise,
             callback=after_step if bar is not None or save is not None else None,
         )
     finally:
@@ -404,22 +401,18 @@ def _one_run(density, seed, settings, index, progressbar, current, save) -> Nest
             bar.close()
 
 
-def _symmetry_maps(density, mlp_layers):
-    """(``canonicalise(X, reference)``, ``symmetrise(cov)``) for nested_core: each point's
-    symmetry copy nearest the reference, a projection (aligning an aligned point changes
-    nothing), and a covariance averaged over the aligned layer's symmetries; (None, None)
-    without MLP layers."""
+def _canonical_copy(density, mlp_layers):
+    """``canonicalise(X, reference)`` for nested_core: each point's symmetry copy nearest the
+    reference, a projection (aligning an aligned point changes nothing); None without MLP
+    layers."""
     if not mlp_layers:
-        return None, None
+        return None
     layers = sampling_layers(density, [MLPLayer(**layer) for layer in mlp_layers])
 
     def canonicalise(X, reference):
         return align_units(density, layers, reference, X)
 
-    def symmetrise(cov):
-        return symmetrised_covariance(density, layers[0], cov)
-
-    return canonicalise, symmetrise
+    return canonicalise
 
 
 def _combine(runs: list[NestedRun]) -> tuple[float, float, float, float]:
