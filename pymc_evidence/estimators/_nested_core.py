@@ -37,7 +37,7 @@ Two additions to BlackJAX:
   and crossing would change the law of the copies the live points represent). Averaging the
   covariances over the symmetries instead would let the moves cross, but it also averages
   away the units' own scales and the correlations between units: on the robot-arm MLP with
-  four hidden units such runs came out 20 to 40 nats low. Following the best point keeps the
+  four hidden units such runs came out 18 to 42 nats low. Following the best point keeps the
   copies' borders away from the region the live points are contracting on.
 
 The evidence uses the trapezoid rule on the expected log-volumes; its error bar comes from
