@@ -512,8 +512,9 @@ def is_nearest_copy(density, layers: list[MLPLayer], reference: np.ndarray,
     directions come from the aligned points), must keep its moves in the domain: a move that
     crosses into another copy's domain, where the copies overlap, changes the law of the
     functions the points compute (on Liang's MLPs the evidence came out 0.04–0.13 nats low).
-    Kept there, the moves barely move once the domain is thin, as it is with many redundant
-    units (:func:`symmetrised_covariance` is the other way). A point too far out to align (a
+    Kept there, HMC moves barely move once the domain is thin, as it is with many redundant
+    units (:func:`symmetrised_covariance` is the other way); slice moves shrink towards their
+    start instead, and only slow down. A point too far out to align (a
     diverged trajectory: non-finite, or beyond about 1e153) is in no domain.
     """
     x = np.atleast_2d(np.asarray(x, float))
