@@ -23,7 +23,9 @@ __all__ = ["FORMAT", "StateFile", "ResultDirectory", "run_key"]
 #: 3: results typed per method, plumbing shared by every estimator; 4: nested's alignment
 #: reference is part of its state. (Thermodynamic's tempering from a found mode is a part that
 #: older checkpoints lack, and a run resumed from one starts that part afresh: no new format.)
-FORMAT = 4
+#: 5: nested's slice moves on MLPs stay in the aligned copy (finished runs made with the
+#: averaged directions ran low on the robot arm and must not be pooled with new ones).
+FORMAT = 5
 
 _OLDER = ("was written by an older version of pymc-evidence; delete it or pass another "
           "checkpoint path")
