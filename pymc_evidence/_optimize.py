@@ -186,12 +186,18 @@ def trust_region_maximize(
 ) -> Optimum:
     """Maximise ``objective`` from ``x0`` by scipy's ``trust-exact`` on the exact Hessian.
 
-    Non-finite values are reported as ``+inf`` loss, which shrinks the trust region.
+    Non-finite values are reported as ``+inf`` loss, which shrinks the trust region. Where the
+    Hessian stops ``trust-exact`` (non-finite entries: ``ValueError``; a subproblem that ends
+    without a step: scipy's ``UnboundLocalError``, seen on the robot-arm MLP), the start is
+    maximised by L-BFGS instead, so one bad start does not end a long fit.
     """
-    return _minimize_loss(
-        objective, x0, start, method="trust-exact", hess=lambda x: -hessian(x),
-        options={"maxiter": maxiter, "gtol": 1e-10},
-    )
+    try:
+        return _minimize_loss(
+            objective, x0, start, method="trust-exact", hess=lambda x: -hessian(x),
+            options={"maxiter": maxiter, "gtol": 1e-10},
+        )
+    except (ValueError, UnboundLocalError, np.linalg.LinAlgError):
+        return maximize(objective, x0, start=start)
 
 
 def escape_saddles(

@@ -550,3 +550,17 @@ def test_importance_check_flags_a_posterior_the_gaussian_misfits():
     unchecked = pm_evidence.laplace(schools, restarts=2, check_draws=0, random_seed=0,
                                     progressbar=False)
     assert np.isnan(unchecked.importance_log_evidence) and not unchecked.warnings
+
+
+def test_trust_region_falls_back_to_lbfgs_where_the_hessian_stops_it():
+    """A Hessian with non-finite entries stops scipy's trust-exact; the start is then
+    maximised by L-BFGS instead of ending the caller's fit."""
+    centre = np.array([1.0, -2.0])
+
+    def objective(x):
+        return -float((x - centre) @ (x - centre)), -2 * (x - centre)
+
+    opt = _optimize.trust_region_maximize(objective, lambda x: np.full((2, 2), np.nan),
+                                          np.zeros(2), start=3)
+    np.testing.assert_allclose(opt.x, centre, atol=1e-6)
+    assert opt.start == 3 and opt.value == pytest.approx(0.0, abs=1e-10)
