@@ -112,6 +112,16 @@ def test_same_seed_same_result():
     np.testing.assert_array_equal(first.posterior["p"], second.posterior["p"])
 
 
+def test_progress_bar_says_how_many_runs_the_se_asks_for(capsys):
+    """Runs that disagree can ask for many more runs than the first two: the bar says so
+    before they are spent."""
+    model, _ = testing.beta_binomial()
+    res = pm_evidence.nested(model, random_seed=0, n_live=50, target_se=0.05, cores=1)
+    shown = capsys.readouterr().err
+    assert res.n_runs > 2 and "Nested sampling (run 1 of 2)" in shown
+    assert f"Nested sampling (run {res.n_runs} of {res.n_runs})" in shown
+
+
 def test_max_steps_warns():
     model, _ = testing.beta_binomial()
     with pytest.warns(EvidenceWarning, match="max_steps"):
