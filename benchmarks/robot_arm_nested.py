@@ -44,7 +44,7 @@ MARKDOWN = CSV.with_suffix(".md")
 CHECKPOINTS = ROOT / "benchmarks" / "checkpoints" / "robot_arm_nested"
 METHODS = ("nested", "thermodynamic")
 COLUMNS = ["h", "dim", "method", "log_z", "se", "seconds", "information", "insertion_z",
-           "run_log_evidence", "run_se", "warnings"]
+           "moves_per_dim", "run_log_evidence", "run_se", "warnings"]
 
 
 def run(method: str, h: int, checkpoint: Path) -> dict:
@@ -68,6 +68,7 @@ def run(method: str, h: int, checkpoint: Path) -> dict:
            "seconds": result.timing["sampling"], "warnings": " | ".join(result.warnings)}
     if method == "nested":
         row.update(information=result.information, insertion_z=result.insertion_z,
+                   moves_per_dim=result.settings["num_inner_steps"] // row["dim"],
                    run_log_evidence=" ".join(f"{v:.4f}" for v in result.run_log_evidence),
                    run_se=" ".join(f"{v:.4f}" for v in result.run_se))
     return row
@@ -122,14 +123,15 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "",
         "Both methods: `robot_arm_mlp(h)`, `mlp_layers=ROBOT_ARM_LAYER`, `random_seed=h`, "
         "`cores=1`, one method at a time. Nested: default `n_live` (max(100, 25 d)) and "
-        "`num_inner_steps` (20 d with `mlp_layers`), 4 runs, `target_se=None`. Chaining: 64 "
+        "`num_inner_steps` (the default of the version that made the row; moves: "
+        "slice moves per replacement), 4 runs, `target_se=None`. Chaining: 64 "
         "particles × 4 groups, `target_cess=0.95`, as `robot_arm_curve.py`. Seconds: "
         "sampling, summed over the parts of a resumed run. "
         "H: information (nats). Δ/σ: (nested − chaining) / √(se_n² + se_c²).",
         "",
-        "| h | dim | nested log Z | nested s | H | insertion z | chaining log Z | chaining s "
-        "| Δ/σ |",
-        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| h | dim | nested log Z | moves | nested s | H | insertion z | chaining log Z "
+        "| chaining s | Δ/σ |",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for h, rows in table.groupby("h"):
         by_method = {row["method"]: row for _, row in rows.iterrows()}
@@ -140,6 +142,7 @@ def summarise(table: pd.DataFrame, command: str) -> str:
                        / math.hypot(nested["se"], chaining["se"]), "+.1f")
         lines.append(
             f"| {h} | {rows['dim'].iloc[0]} | {_estimate(nested)} "
+            f"| {_number(nested, 'moves_per_dim', '.0f')}{' d' if nested is not None else ''} "
             f"| {_number(nested, 'seconds', '.0f')} | {_number(nested, 'information', '.1f')} "
             f"| {_number(nested, 'insertion_z', '+.2f')} | {_estimate(chaining)} "
             f"| {_number(chaining, 'seconds', '.0f')} | {z} |"

@@ -193,9 +193,9 @@ def test_mlp_layers_align_points_and_keep_the_evidence():
     assert abs(res.log_evidence - exact) < 3 * res.se, (res.log_evidence, res.se, exact)
     assert res.settings["mlp_layers"][0]["weights"] == "W"
     dim = pm_evidence.get_density(model).dim
-    assert res.settings["num_inner_steps"] == 20 * dim  # the MLP default
+    assert res.settings["num_inner_steps"] == 40 * dim  # the MLP default
     assert not any("times the MLP" in message for message in res.warnings)
-    with pytest.warns(EvidenceWarning, match="below 20 times the MLP"):
+    with pytest.warns(EvidenceWarning, match="below 40 times the MLP"):
         pm_evidence.nested(model, mlp_layers=layer, num_inner_steps=5 * dim, max_steps=2,
                            target_se=None, random_seed=0, progressbar=False)
     with pytest.raises(ValueError, match="not an untransformed free variable"):
@@ -227,7 +227,7 @@ def test_an_mlps_layers_are_recognised_and_used_unless_declined():
     res = pm_evidence.nested(model, max_steps=2, target_se=None, random_seed=0,
                              progressbar=False)
     assert res.settings["mlp_layers"] == [vars(testing.ROBOT_ARM_LAYER)]
-    assert res.settings["num_inner_steps"] == 20 * dim
+    assert res.settings["num_inner_steps"] == 40 * dim
     declined = pm_evidence.nested(model, max_steps=2, target_se=None, random_seed=0,
                                   progressbar=False, mlp_layers=None)
     assert declined.settings["mlp_layers"] is None

@@ -37,8 +37,9 @@ __all__ = ["nested"]
 _SAVE_SECONDS = 30.0
 #: Default slice moves per replacement, per parameter: 5 is calibrated on Gaussians and mixtures
 #: up to 20-d (benchmarks/results/nested_core_defaults.md); MLP posteriors, curved along their
-#: hyperparameters, need 20 (benchmarks/nested_mlp_inner_steps.py).
-_INNER_STEPS, _MLP_INNER_STEPS = 5, 20
+#: hyperparameters, need 20 up to 17 parameters and 40 at 27 (benchmarks/results/
+#: nested_mlp_inner_steps.md).
+_INNER_STEPS, _MLP_INNER_STEPS = 5, 40
 #: Fewer live points per parameter bias log Z upwards (benchmarks/results/nested_high_dim.md).
 _LIVE_PER_DIM = 5
 #: |z| of the insertion-rank test that warns: two-sided p < 1e-3 for a correct sampler.
@@ -115,9 +116,10 @@ def nested(
         Slice moves per replacement. Default ``5 d`` (at least 4): on a 20-d correlated
         Gaussian, fewer moves bias log Z upwards beyond its SE (``2 d``: +0.7 to +1.7 SE,
         ``d``: +3.8 to +5.2 SE; ``benchmarks/results/nested_core_defaults.md``). With
-        ``mlp_layers``, ``20 d``: MLP posteriors are curved along their hyperparameters and
-        with ``5 d`` the live points lag behind the contracting region, which biases log Z
-        low beyond its SE (``benchmarks/nested_mlp_inner_steps.py``).
+        ``mlp_layers``, ``40 d``: MLP posteriors are curved along their hyperparameters, and
+        with too few moves the live points lag behind the contracting region, which biases
+        log Z low beyond its SE (robot-arm MLP: with ``5 d`` at 17 parameters, with ``20 d``
+        at 27; ``benchmarks/results/nested_mlp_inner_steps.md``).
     termination : float, default 1e-3
         Stop a run when the live points hold less than this fraction of its evidence.
     n_runs : int, default 2
@@ -556,8 +558,9 @@ def _warn_on_soft_problems(messages, runs, se, settings) -> None:
              f"{_MLP_INNER_STEPS} times the MLP's {settings['dim']} parameters: on MLP "
              "posteriors the live points then lag behind the contracting region and the "
              "evidence comes out low by more than its error bar (robot-arm MLP, 17 parameters: "
-             "1.1 nats, 2.4 SE, low with 5 d moves, runs spread 2.3 times their SE). Keep the "
-             "default for MLPs, 20 d, or more.",
+             "1.1 nats, 2.4 SE, low with 5 d moves; 27 parameters: six runs with 20 d moves "
+             "142.4 to 151.8, two with 40 d 152.4 and 155.4). Keep the default for MLPs, "
+             "40 d, or more.",
              stacklevel=5)
     target = settings["target_se"]
     if target is not None and se > target:
