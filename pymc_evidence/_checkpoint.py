@@ -29,8 +29,6 @@ FORMAT = 5
 
 _OLDER = ("was written by an older version of pymc-evidence; delete it or pass another "
           "checkpoint path")
-_OTHER = ("was written by a run with other settings or another model; delete it or pass "
-          "another checkpoint path")
 
 
 def run_key(settings: dict, density, random_seed) -> dict:
@@ -51,6 +49,26 @@ def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 def _canonical(key: dict) -> str:
     return json.dumps(key, sort_keys=True, default=str)
+
+
+def _other_run(saved: str, current: str) -> str:
+    """The refusal of a checkpoint whose key differs, naming what differs (a default that
+    changed between versions looks to a user like the same call)."""
+    saved, current = json.loads(saved), json.loads(current)
+
+    def flat(key):  # the settings, then the model's and the seed's fields (once)
+        settings = key.get("settings", {}) if isinstance(key.get("settings"), dict) else {}
+        rest = {k: v for k, v in key.items() if k != "settings"}
+        if "random_seed" in settings:
+            rest.pop("seed", None)
+        return {**rest, **settings}
+
+    old, new = flat(saved), flat(current)
+    differs = [f"{name}: {old.get(name)!r} in the checkpoint, {new.get(name)!r} now"
+               for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+    return ("was written by a run with other settings or another model ("
+            + "; ".join(differs) + "); pass the checkpoint's settings explicitly to resume it, "
+            "or delete it or pass another checkpoint path")
 
 
 class StateFile:
@@ -85,7 +103,7 @@ class StateFile:
         if not isinstance(saved, dict) or saved.get("format") != FORMAT:
             raise ValueError(f"checkpoint {self.path} {_OLDER}")
         if saved["key"] != self.key:
-            raise ValueError(f"checkpoint {self.path} {_OTHER}")
+            raise ValueError(f"checkpoint {self.path} {_other_run(saved['key'], self.key)}")
         self.earlier = saved["sampling_seconds"]
         self.state = saved["state"]
         return self.state
@@ -123,7 +141,8 @@ class ResultDirectory:
             if saved.get("format") != FORMAT:
                 raise ValueError(f"checkpoint directory {self.directory} {_OLDER}")
             if saved != record:
-                raise ValueError(f"checkpoint directory {self.directory} {_OTHER}")
+                raise ValueError(f"checkpoint directory {self.directory} "
+                                 f"{_other_run(saved['key'], record['key'])}")
         manifest.write_text(json.dumps(record))
 
     def path(self, name: str) -> Path:

@@ -148,7 +148,8 @@ def nested(
         File where every finished run is saved at once, and an unfinished one every 30 s
         (atomically, with its random state). If it exists, nested() resumes from it and
         returns exactly what an uninterrupted call would; a checkpoint written with other
-        settings or another model raises an error. ``timing["sampling"]`` counts every
+        settings (defaults included) or another model raises an error that names what
+        differs. ``timing["sampling"]`` counts every
         session's sampling (``timing["earlier_sessions"]``: the part before this call).
     backend : {"c", "numba"}, default "c"
         PyTensor backend for the compiled density.

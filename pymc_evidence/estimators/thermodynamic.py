@@ -209,7 +209,8 @@ def thermodynamic(
         of that tempering. If it exists, the run resumes after its last finished stage and
         returns exactly what an uninterrupted run would (the search itself runs again, in
         seconds to a few minutes); a finished run is returned without sampling. A
-        checkpoint written with other settings or another model raises an error. The result's
+        checkpoint written with other settings (defaults included) or another model raises an
+        error that names what differs. The result's
         ``timing["sampling"]`` counts the sampling of every session that worked on the run
         (``timing["earlier_sessions"]``: the part before this call).
     backend : {"c", "numba"}, default "c"
