@@ -36,9 +36,8 @@ __all__ = ["nested"]
 #: Seconds between saves of an unfinished run to the checkpoint (finished runs: at once).
 _SAVE_SECONDS = 30.0
 #: Default slice moves per replacement, per parameter: 5 is calibrated on Gaussians and mixtures
-#: up to 20-d (benchmarks/results/nested_core_defaults.md); MLP posteriors, curved along their
-#: hyperparameters, need 20 up to 17 parameters and 40 at 27 (benchmarks/results/
-#: nested_mlp_inner_steps.md).
+#: up to 20-d (benchmarks/results/nested_core_defaults.md); MLP posteriors, curved, need 20 up
+#: to 17 parameters and 40 at 27 (benchmarks/results/nested_mlp_inner_steps.md).
 _INNER_STEPS, _MLP_INNER_STEPS = 5, 40
 #: Fewer live points per parameter bias log Z upwards (benchmarks/results/nested_high_dim.md).
 _LIVE_PER_DIM = 5
@@ -116,10 +115,10 @@ def nested(
         Slice moves per replacement. Default ``5 d`` (at least 4): on a 20-d correlated
         Gaussian, fewer moves bias log Z upwards beyond its SE (``2 d``: +0.7 to +1.7 SE,
         ``d``: +3.8 to +5.2 SE; ``benchmarks/results/nested_core_defaults.md``). With
-        ``mlp_layers``, ``40 d``: MLP posteriors are curved along their hyperparameters, and
-        with too few moves the live points lag behind the contracting region, which biases
-        log Z low beyond its SE (robot-arm MLP: with ``5 d`` at 17 parameters, with ``20 d``
-        at 27; ``benchmarks/results/nested_mlp_inner_steps.md``).
+        ``mlp_layers``, ``40 d``: MLP posteriors are curved, and with too few moves the live
+        points lag behind the contracting region, which biases log Z low beyond its SE
+        (robot-arm MLP: with ``5 d`` at 17 parameters, with ``20 d`` at 27;
+        ``benchmarks/results/nested_mlp_inner_steps.md``).
     termination : float, default 1e-3
         Stop a run when the live points hold less than this fraction of its evidence.
     n_runs : int, default 2
