@@ -56,12 +56,11 @@ def _other_run(saved: str, current: str) -> str:
     changed between versions looks to a user like the same call)."""
     saved, current = json.loads(saved), json.loads(current)
 
-    def flat(key):  # the settings, then the model's and the seed's fields (once)
-        settings = key.get("settings", {}) if isinstance(key.get("settings"), dict) else {}
-        rest = {k: v for k, v in key.items() if k != "settings"}
+    def flat(key):  # the settings beside the model's and the seed's fields (the seed once)
+        settings = key.pop("settings", {})
         if "random_seed" in settings:
-            rest.pop("seed", None)
-        return {**rest, **settings}
+            key.pop("seed", None)
+        return {**key, **settings}
 
     old, new = flat(saved), flat(current)
     differs = [f"{name}: {old.get(name)!r} in the checkpoint, {new.get(name)!r} now"

@@ -301,9 +301,9 @@ def _sample(model, density, saved, store, settings, cores, progressbar) -> list[
             if workers <= 1:
                 for index in todo:
                     begun = time.perf_counter()
-                    run = _one_run(density, seeds[index], settings, (index, wanted),
-                                   progressbar, saved["current"],
-                                   save_current if store.path else None)
+                    run = _one_run(density, seeds[index], settings, index, progressbar,
+                                   saved["current"], save_current if store.path else None,
+                                   wanted=wanted)
                     finished(run, time.perf_counter() - begun)
                 continue
             if pool is None:
@@ -341,7 +341,7 @@ def _worker_run(seed, settings, index) -> tuple[NestedRun, float]:
     """Worker side of a parallel run: the run and its seconds."""
     begun = time.perf_counter()
     with one_blas_thread():
-        run = _one_run(worker_density(), seed, settings, (index, None), False, None, None)
+        run = _one_run(worker_density(), seed, settings, index, False, None, None)
     return run, time.perf_counter() - begun
 
 
@@ -367,14 +367,14 @@ def _settings(dim, n_live, num_delete, num_inner_steps, termination, target_se, 
     }
 
 
-def _one_run(density, seed, settings, position, progressbar, current, save) -> NestedRun:
+def _one_run(density, seed, settings, index, progressbar, current, save,
+             wanted=None) -> NestedRun:
     """One nested-sampling run from exact prior draws, on its own random stream; continued
     from ``current`` = (index, state, rng state) when the checkpoint holds this run unfinished.
-    ``position`` = (index, runs wanted so far): the bar says how many runs the SE asks for,
-    so that a user sees the cost of runs that disagree before it is spent.
+    ``wanted``, the runs the SE asks for so far, goes into the bar, so that a user sees the
+    cost of runs that disagree before it is spent.
     ``save(index, state, rng_state)``, when given, keeps the unfinished run every
     ``_SAVE_SECONDS``."""
-    index, wanted = position
     rng = np.random.default_rng(seed)
     if current is not None and current[0] == index:
         _, live, rng_state = current
