@@ -433,6 +433,11 @@ class NestedResult(EvidenceResult):
         Insertion-rank test over all runs (Fowlie, Handley and Su 2020): the new points' log L
         ranks among the survivors', N(0, 1) when the slice moves draw from the constrained
         prior; large positive values mean replacements stay above where they belong.
+    run_inner_steps : tuple of int
+        Each run's slice moves per replacement (runs of the moves check have more).
+    moves_levels, moves_log_evidence, moves_se : tuple
+        The moves check's levels (slice moves per replacement; each level's estimate and SE),
+        empty when it did not run.
     """
 
     method: ClassVar[str] = "nested"
@@ -447,6 +452,10 @@ class NestedResult(EvidenceResult):
     n_evaluations: int = 0
     ess: float = np.nan
     insertion_z: float = np.nan
+    run_inner_steps: tuple = ()
+    moves_levels: tuple = ()
+    moves_log_evidence: tuple = ()
+    moves_se: tuple = ()
 
 
 #: The result type of each method, for reading files back.

@@ -204,3 +204,37 @@ def test_killed_nested_run_resumes_to_identical_result(tmp_path):
     with pytest.raises(ValueError, match=r"other settings .*n_live: 300 in the checkpoint, "
                                          r"200 now; num_delete: 150 in the checkpoint, 100 now"):
         pm_evidence.nested(model, checkpoint=path, **dict(NESTED_OPTIONS, n_live=200))
+
+
+def test_nested_killed_in_its_moves_check_resumes_to_identical_result(tmp_path):
+    """Killed in the middle of a run of the moves check (twice the moves): the resumed call
+    finishes it and returns what an uninterrupted call returns, the check's runs on workers."""
+    model, _ = testing.conjugate_regression(dim=5)
+    options = dict(NESTED_OPTIONS, n_runs=2, moves_check=True)
+    path = tmp_path / "nested.ckpt"
+    process = subprocess.Popen([sys.executable, "-c", f"OPTIONS = {options!r}\n" + NESTED_SCRIPT,
+                                str(path)])
+    deadline = time.monotonic() + 300
+    while not _in_moves_check(path):
+        assert process.poll() is None, "the run ended before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    process.kill()
+    process.wait()
+
+    resumed = pm_evidence.nested(model, checkpoint=path, **options)
+    uninterrupted = pm_evidence.nested(model, **dict(options, cores=2))
+    assert resumed.moves_levels == uninterrupted.moves_levels == (25, 50)
+    assert resumed.run_log_evidence == uninterrupted.run_log_evidence
+    assert resumed.log_evidence == uninterrupted.log_evidence and resumed.se == uninterrupted.se
+    assert resumed.timing["earlier_sessions"] > 0
+
+
+def _in_moves_check(path) -> bool:
+    """Whether a nested checkpoint holds an unfinished run of the moves check."""
+    try:
+        with open(path, "rb") as file:
+            current = pickle.load(file)["state"]["current"]
+    except (FileNotFoundError, EOFError, pickle.UnpicklingError):
+        return False
+    return current is not None and isinstance(current[0], tuple)

@@ -28,6 +28,7 @@ def test_exact_regression_within_its_error(regression):
     assert res.se == max(res.se_within, res.se_between)
     assert res.n_live == 125 and res.settings["num_inner_steps"] == 25  # defaults for d = 5
     assert res.settings["num_delete"] == 62
+    assert res.moves_levels == () and set(res.run_inner_steps) == {25}  # no check off MLPs
 
 
 def test_diagnostics_and_posterior(regression):
@@ -142,6 +143,8 @@ def test_bad_input_errors_before_any_work():
         pm_evidence.nested(model, termination=0.0)
     with pytest.raises(TypeError, match="model must be a pymc.Model"):
         pm_evidence.nested("model")
+    with pytest.raises(ValueError, match=r"moves_check must be one of \['auto', True, False\]"):
+        pm_evidence.nested(model, moves_check="yes")
     wide, _ = testing.conjugate_regression(dim=10)
     with pytest.raises(ValueError, match="n_live must be larger than the model's 10 unconstrained"):
         pm_evidence.nested(wide, n_live=9)
@@ -180,26 +183,46 @@ def test_insertion_ranks_warn_when_the_moves_do_not_mix():
     assert res.insertion_z > 3.3
 
 
-def test_mlp_layers_align_points_and_keep_the_evidence():
+def test_mlp_layers_align_points_and_the_moves_check_keeps_the_evidence():
     """Exchangeable units with an exact evidence: aligning the points under the units'
-    permutations leaves log Z within 3 SE, the posterior draws unaligned."""
+    permutations leaves log Z within 3 SE. On an MLP (here with a fifth of the default moves,
+    to be quick, which warns) the moves check runs n_runs runs with twice the moves; levels
+    that agree are pooled, the SE at least their difference."""
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, size=(25, 2))
     y = 0.3 + x @ np.array([0.8, -0.5]) + 0.4 * x[:, 0] ** 2 + 0.5 * rng.normal(size=25)
     model, exact = testing.unit_regression(3, x, y)
     layer = pm_evidence.MLPLayer("W", output="v", bias="b", activation="relu")
-    res = pm_evidence.nested(model, mlp_layers=layer, random_seed=4, progressbar=False,
-                             target_se=0.15)
+    with pytest.warns(EvidenceWarning, match="num_inner_steps=104 is below 40 times the MLP"):
+        res = pm_evidence.nested(model, mlp_layers=layer, num_inner_steps=104, target_se=None,
+                                 random_seed=4, progressbar=False)
     assert abs(res.log_evidence - exact) < 3 * res.se, (res.log_evidence, res.se, exact)
     assert res.settings["mlp_layers"][0]["weights"] == "W"
-    dim = pm_evidence.get_density(model).dim
-    assert res.settings["num_inner_steps"] == 40 * dim  # the MLP default
-    assert not any("times the MLP" in message for message in res.warnings)
-    with pytest.warns(EvidenceWarning, match="below 40 times the MLP"):
-        pm_evidence.nested(model, mlp_layers=layer, num_inner_steps=5 * dim, max_steps=2,
-                           target_se=None, random_seed=0, progressbar=False)
+    assert res.moves_levels == (104, 208) and res.run_inner_steps == (104, 104, 208, 208)
+    assert res.n_runs == 4 and list(res.diagnostics.groupby("run")["num_inner_steps"].first()
+                                    ) == [104, 104, 208, 208]
+    move = res.moves_log_evidence[1] - res.moves_log_evidence[0]
+    assert abs(move) <= 2 * np.hypot(*res.moves_se)  # settled at the first doubling
+    assert res.se >= abs(move) and res.se >= res.se_within
+    assert not any("doubled" in message for message in res.warnings)
     with pytest.raises(ValueError, match="not an untransformed free variable"):
         pm_evidence.nested(model, mlp_layers=pm_evidence.MLPLayer("w_in"), progressbar=False)
+
+
+def test_moves_check_keeps_doubling_while_the_estimate_moves():
+    """A fifth of a move per parameter on a 20-d correlated Gaussian biases log Z up by 5
+    nats (replacements stay near their survivors); as the moves double the estimate comes
+    down, level by level, and the budget (n_runs × 2^k ≤ max_runs) ends before two levels
+    agree: the last level is reported, its SE at least the last move, with a warning."""
+    model, exact = testing.correlated_gaussian(dim=20)
+    with pytest.warns(EvidenceWarning, match="kept moving as the slice moves per replacement"):
+        res = pm_evidence.nested(model, num_inner_steps=4, moves_check=True, target_se=None,
+                                 random_seed=0, progressbar=False)
+    assert res.moves_levels == (4, 8, 16, 32) and res.run_inner_steps == (32, 32)
+    assert np.all(np.diff(res.moves_log_evidence) < 0)
+    assert res.moves_log_evidence[0] - exact > 4  # the bias the check is there for
+    assert res.se >= abs(res.moves_log_evidence[-1] - res.moves_log_evidence[-2])
+    assert abs(res.log_evidence - exact) < 3 * res.se, (res.log_evidence, res.se, exact)
 
 
 def test_plot_nested_draws_every_run(regression):
@@ -227,7 +250,9 @@ def test_an_mlps_layers_are_recognised_and_used_unless_declined():
     res = pm_evidence.nested(model, max_steps=2, target_se=None, random_seed=0,
                              progressbar=False)
     assert res.settings["mlp_layers"] == [vars(testing.ROBOT_ARM_LAYER)]
-    assert res.settings["num_inner_steps"] == 40 * dim
+    assert res.settings["num_inner_steps"] == 40 * dim  # the MLP default
+    assert res.moves_levels == ()  # no moves check on runs cut short at max_steps
+    assert not any("times the MLP" in message for message in res.warnings)
     declined = pm_evidence.nested(model, max_steps=2, target_se=None, random_seed=0,
                                   progressbar=False, mlp_layers=None)
     assert declined.settings["mlp_layers"] is None

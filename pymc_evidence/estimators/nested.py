@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,7 @@ from pymc_evidence._checkpoint import StateFile, run_key
 from pymc_evidence._parallel import fork_is_safe, one_blas_thread, run_tasks, shut_down_after
 from pymc_evidence._progress import progress_bar
 from pymc_evidence._random import as_generator
-from pymc_evidence._validation import integer, number, resolve_model
+from pymc_evidence._validation import choice, integer, number, resolve_model
 from pymc_evidence.density import check_prior_draws, get_density
 from pymc_evidence.estimators._nested_core import (
     NestedRun, equal_weight_draws, kish_ess, nested_core,
@@ -59,6 +60,7 @@ def nested(
     max_clusters: int = 8,
     max_steps: int | None = None,
     mlp_layers="auto",
+    moves_check="auto",
     checkpoint=None,
     backend: str = "c",
     cores: int | None = None,
@@ -95,7 +97,9 @@ def nested(
     of the runs' log evidences (the SE of a mean of R lognormal values whose logs spread by
     σ, :math:`\log(1 + \sqrt{\operatorname{expm1}(\sigma^2)/R})`): when one run carries the
     average, the shares' spread alone would call it precise, however far apart the runs are.
-    More runs are started until the SE is at most ``target_se``.
+    More runs are started until the SE is at most ``target_se``. On MLPs a moves check then
+    runs ``n_runs`` runs with twice the slice moves, and doubles again while the estimate
+    moves (``moves_check``).
 
     Parameters
     ----------
@@ -143,6 +147,21 @@ def nested(
         permuting and sign-flipping leaves the model's density unchanged at prior draws, as
         in :func:`thermodynamic`; the ones used are in ``settings["mlp_layers"]``. None: no
         alignment.
+    moves_check : {"auto", True, False}, default "auto"
+        After the runs above, run ``n_runs`` runs with twice ``num_inner_steps`` and compare
+        the estimates: with too few slice moves the live points stop representing the
+        constrained prior and every run is off the same way (low on MLPs, whose live points
+        lag behind the contracting region; high on correlated Gaussians), which neither the
+        runs' spread nor the insertion-rank test shows. While the estimate moves by more than
+        2 combined SE the moves are doubled again, within the budget
+        ``n_runs × 2^k ≤ max_runs`` (three doublings at the defaults). Two levels that
+        agree are pooled; if the budget ends first, the last level is reported, with a
+        warning. Either way the SE is at least the last doubling's move: when doubling the
+        moves at least halves a bias, the move bounds the bias that remains (so the SE can
+        exceed ``target_se`` by the check's own noise, that of ``n_runs`` runs). ``"auto"``:
+        on MLPs (``mlp_layers`` given or recognised), where the bias has been seen; never
+        when a run stopped at ``max_steps``. The levels are in ``moves_levels``,
+        ``moves_log_evidence`` and ``moves_se``.
     checkpoint : str or path, optional
         File where every finished run is saved at once, and an unfinished one every 30 s
         (atomically, with its random state). If it exists, nested() resumes from it and
@@ -173,9 +192,11 @@ def nested(
         threshold ``log_threshold`` = log L*, the expected ``log_x``, ``log_z_steps`` (the
         evidence of the dead points so far), ``log_z_live`` (the evidence still ahead),
         ``evaluations``, ``shrink_steps``, ``acceptance`` of the slice moves, ``mean_jump``,
-        ``n_clusters``); ``posterior`` equally weighted draws from the dead points' importance
-        weights, one chain per run; ``sample_stats`` their ``log_likelihood`` and
-        ``log_prior``; ``insertion_z`` the insertion-rank test.
+        ``n_clusters``, ``num_inner_steps``); ``posterior`` equally weighted draws from the
+        dead points' importance weights, one chain per run; ``sample_stats`` their
+        ``log_likelihood`` and ``log_prior``; ``insertion_z`` the insertion-rank test;
+        ``run_inner_steps`` each run's slice moves and ``moves_levels`` the moves check's.
+        With the check, the runs are those of the levels pooled.
 
     Warns
     -----
@@ -183,8 +204,8 @@ def nested(
         When the runs disagree beyond their errors, when new points rank above or below the
         survivors in likelihood more than a correct sampler allows (``insertion_z`` beyond
         ±3.3, two-sided p < 0.001; Fowlie, Handley and Su 2020), when a run stopped at
-        ``max_steps`` before terminating, or when ``target_se`` was not reached within
-        ``max_runs``.
+        ``max_steps`` before terminating, when ``target_se`` was not reached within
+        ``max_runs``, or when the estimate moved as the moves check doubled the slice moves.
 
     Examples
     --------
@@ -213,6 +234,7 @@ def nested(
     The algorithm of BlackJAX's ``blackjax.ns``.
     """
     start = time.perf_counter()
+    choice("moves_check", moves_check, ("auto", True, False))
     number("target_se", target_se, low=0, low_open=True, optional=True)
     n_runs = integer("n_runs", n_runs, 2, why=" (the spread between runs is part of the SE)")
     max_runs = integer("max_runs", max_runs, n_runs, why=" (n_runs)")
@@ -230,6 +252,7 @@ def nested(
                          target_se, n_runs, max_runs, max_clusters, max_steps, backend,
                          random_seed, bool(layers))
     settings["mlp_layers"] = [vars(layer) for layer in layers] or None
+    settings["moves_check"] = moves_check
     messages: list[str] = []
     store = StateFile(checkpoint, run_key(settings, density, random_seed))
     saved = store.load()
@@ -237,17 +260,17 @@ def nested(
     if saved is None:
         seeds = rng.integers(2**63, size=max_runs)  # run i's stream, whatever runs before it
         saved = {"seeds": seeds, "rng": rng.bit_generator.state, "runs": [], "seconds": [],
-                 "current": None}
+                 "checks": [], "current": None}
     rng.bit_generator.state = saved["rng"]
     if not saved["runs"] and saved["current"] is None:
         _check_first_live_points(density, saved["seeds"][0], settings["n_live"])
     compiled = time.perf_counter()
     with one_blas_thread():
-        runs = _sample(model, density, saved, store, settings, cores, progressbar)
+        check = _sample(model, density, saved, store, settings, cores, progressbar)
     sampled = time.perf_counter()
     timing = {"compile": compiled - start, "sampling": store.earlier + sampled - compiled,
               "earlier_sessions": store.earlier}
-    return _result(rng, model, density, runs, settings, timing, start, messages)
+    return _result(rng, model, density, check, saved, settings, timing, start, messages)
 
 
 
@@ -273,57 +296,138 @@ def _runs_wanted(runs: list[NestedRun], settings: dict) -> int:
     return wanted
 
 
-def _sample(model, density, saved, store, settings, cores, progressbar) -> list[NestedRun]:
-    """The runs, from the checkpoint's on: the first in this process (its time decides
-    whether workers pay), later batches on ``cores`` worker processes when they do."""
-    runs, seconds, seeds = saved["runs"], saved["seconds"], saved["seeds"]
+class MovesCheck(NamedTuple):
+    """What the moves check leaves: the runs to pool (all of equal moves, or two levels that
+    agree), each level's (moves per replacement, log Z, SE), the last doubling's move (None
+    without a check) and whether two levels agreed before the budget ended."""
 
-    def finished(run, run_seconds):
-        runs.append(run)
-        seconds.append(run_seconds)
-        saved["current"] = None
-        store.save(saved)
+    runs: list
+    run_moves: list  # each run's slice moves per replacement
+    levels: list
+    last_move: float | None  # the estimate's change at the last doubling
+    settled: bool = True
 
-    def save_current(index, state, rng_state):
-        saved["current"] = (index, state, rng_state)
-        store.save(saved)
 
+def _sample(model, density, saved, store, settings, cores, progressbar) -> MovesCheck:
+    """The runs, from the checkpoint's on, then the moves check's levels: the first run in this
+    process (its time decides whether workers pay), later batches on ``cores`` worker
+    processes when they do."""
+    runs, seconds = saved["runs"], saved["seconds"]
     with contextlib.ExitStack() as stack:
-        pool = None
-        while (wanted := _runs_wanted(runs, settings)) > len(runs):
-            todo = range(len(runs), wanted)
+        pools = []
+
+        def batch(level, todo, wanted):
+            """Runs ``todo`` of ``level`` (moves doubled ``level`` times), saving each."""
+            done = runs if level == 0 else saved["checks"][level - 1]
+            run_settings = dict(settings,
+                                num_inner_steps=settings["num_inner_steps"] * 2**level)
+            keys = [index if level == 0 else (level, index) for index in todo]
+            run_seeds = [_run_seed(saved["seeds"], level, index) for index in todo]
+            label = "" if level == 0 else f"moves check, {run_settings['num_inner_steps']} moves: "
+
+            def finished(run, run_seconds):
+                done.append(run)
+                if level == 0:
+                    seconds.append(run_seconds)
+                saved["current"] = None
+                store.save(saved)
+
+            def save_current(key, state, rng_state):
+                saved["current"] = (key, state, rng_state)
+                store.save(saved)
+
             fork = fork_is_safe()
             if not seconds:  # the first run alone: its time decides whether workers pay
-                todo, workers = todo[:1], 1
+                workers = 1
             else:
-                workers = n_workers(cores, float(np.median(seconds)) * len(todo), len(todo),
-                                    fork)
+                expected = float(np.median(seconds)) * 2**level * len(todo)
+                workers = n_workers(cores, expected, len(todo), fork)
             if workers <= 1:
-                for index in todo:
+                for key, seed, index in zip(keys, run_seeds, todo):
                     begun = time.perf_counter()
-                    run = _one_run(density, seeds[index], settings, index, progressbar,
+                    run = _one_run(density, seed, run_settings, key, progressbar,
                                    saved["current"], save_current if store.path else None,
-                                   wanted=wanted)
+                                   desc=f"Nested sampling ({label}run {index + 1} of {wanted})")
                     finished(run, time.perf_counter() - begun)
-                continue
-            if pool is None:
-                pool = stack.enter_context(shut_down_after(
-                    density_pool(model, settings["backend"], workers, fork)))
-            _parallel_batch(pool, seeds, settings, todo, progressbar, finished)
-    return runs
+                return
+            if not pools:
+                pools.append(stack.enter_context(shut_down_after(
+                    density_pool(model, settings["backend"], workers, fork))))
+            desc = f"Nested sampling ({label}runs {todo[0] + 1}–{todo[-1] + 1}, in parallel)"
+            _parallel_batch(pools[0], list(zip(keys, run_seeds)), run_settings, desc,
+                            progressbar, finished)
+
+        while (wanted := _runs_wanted(runs, settings)) > len(runs):
+            todo = range(len(runs), wanted)
+            batch(0, todo[:1] if not seconds else todo, wanted)
+        if not _check_wanted(settings, runs):
+            return MovesCheck(list(runs), [settings["num_inner_steps"]] * len(runs), [], None)
+        return _moves_check(runs, saved, settings, batch)
 
 
-def _parallel_batch(pool, seeds, settings, todo, progressbar, finished) -> None:
-    """Runs ``todo`` on the pool's workers, handed to ``finished`` in order of their index (the
-    SE's decisions and the checkpoint see them as a serial run would)."""
-    bar = progress_bar(progressbar, total=len(todo), unit=" runs",
-                       desc=f"Nested sampling (runs {todo[0] + 1}–{todo[-1] + 1}, in parallel)")
+def _run_seed(seeds, level: int, index: int):
+    """Run ``index``'s seed: drawn up front for the runs, derived from the first run's for
+    the moves check's levels (independent streams, the same whatever ran before)."""
+    return int(seeds[index]) if level == 0 else [int(seeds[0]), level, index]
+
+
+def _check_wanted(settings, runs) -> bool:
+    """Whether to run the moves check: as asked, or ("auto") on MLPs, whose curved posteriors
+    are where too few moves have been seen to bias the evidence low; never on runs cut short
+    at max_steps, whose estimates are not the evidence."""
+    if any(run.stop_reason == "max_steps" for run in runs):
+        return False
+    if settings["moves_check"] != "auto":
+        return bool(settings["moves_check"])
+    return bool(settings["mlp_layers"])
+
+
+#: An estimate that moves by more than this many combined SE when the slice moves double has
+#: not settled. Both ways: too few moves bias MLPs low (live points lagging behind the
+#: contour) and correlated Gaussians high (replacements staying near their survivors).
+_MOVE_BAND = 2.0
+
+
+def _moves_check(runs, saved, settings, batch) -> MovesCheck:
+    """Double the slice moves per replacement (``n_runs`` runs each time) until two levels'
+    estimates agree or the budget ``n_runs × 2^k ≤ max_runs`` ends.
+
+    ``saved["checks"]`` holds the levels' runs, each saved when finished.
+    """
+    n_runs, moves = settings["n_runs"], settings["num_inner_steps"]
+    budget = int(np.floor(np.log2(settings["max_runs"] / n_runs)))
+    previous_runs, previous_moves = list(runs), [moves] * len(runs)
+    previous = _combine(previous_runs)
+    levels = [(moves, previous[0], previous[1])]
+    move = None
+    for level in range(1, budget + 1):
+        if len(saved["checks"]) < level:
+            saved["checks"].append([])
+        done = saved["checks"][level - 1]
+        if len(done) < n_runs:
+            batch(level, range(len(done), n_runs), n_runs)
+        current = _combine(done)
+        levels.append((moves * 2**level, current[0], current[1]))
+        move = current[0] - previous[0]
+        combined = float(np.hypot(current[1], previous[1]))
+        level_moves = [moves * 2**level] * len(done)
+        if abs(move) <= _MOVE_BAND * combined:
+            return MovesCheck(previous_runs + list(done), previous_moves + level_moves, levels,
+                              move, settled=True)
+        previous_runs, previous_moves, previous = list(done), level_moves, current
+    return MovesCheck(previous_runs, previous_moves, levels, move, settled=False)
+
+
+def _parallel_batch(pool, tasks, settings, desc, progressbar, finished) -> None:
+    """Runs ``tasks`` ((key, seed) each) on the pool's workers, handed to ``finished`` in their
+    order (the SE's decisions and the checkpoint see them as a serial run would)."""
+    bar = progress_bar(progressbar, total=len(tasks), unit=" runs", desc=desc)
     done: dict[int, tuple] = {}
-    following = todo[0]
+    following = 0
 
-    def collected(index, outcome):
+    def collected(position, outcome):
         nonlocal following
-        done[index] = outcome
+        done[position] = outcome
         if bar is not None:
             bar.update(1)
         while following in done:
@@ -331,17 +435,18 @@ def _parallel_batch(pool, seeds, settings, todo, progressbar, finished) -> None:
             following += 1
 
     try:
-        run_tasks(pool, {i: (_worker_run, (seeds[i], settings, i)) for i in todo}, collected)
+        run_tasks(pool, {position: (_worker_run, (seed, settings, key))
+                         for position, (key, seed) in enumerate(tasks)}, collected)
     finally:
         if bar is not None:
             bar.close()
 
 
-def _worker_run(seed, settings, index) -> tuple[NestedRun, float]:
+def _worker_run(seed, settings, key) -> tuple[NestedRun, float]:
     """Worker side of a parallel run: the run and its seconds."""
     begun = time.perf_counter()
     with one_blas_thread():
-        run = _one_run(worker_density(), seed, settings, index, False, None, None)
+        run = _one_run(worker_density(), seed, settings, key, False, None, None)
     return run, time.perf_counter() - begun
 
 
@@ -367,23 +472,22 @@ def _settings(dim, n_live, num_delete, num_inner_steps, termination, target_se, 
     }
 
 
-def _one_run(density, seed, settings, index, progressbar, current, save,
-             wanted=None) -> NestedRun:
+def _one_run(density, seed, settings, key, progressbar, current, save,
+             desc="Nested sampling") -> NestedRun:
     """One nested-sampling run from exact prior draws, on its own random stream; continued
-    from ``current`` = (index, state, rng state) when the checkpoint holds this run unfinished.
-    ``wanted``, the runs the SE asks for so far, goes into the bar, so that a user sees the
-    cost of runs that disagree before it is spent.
-    ``save(index, state, rng_state)``, when given, keeps the unfinished run every
+    from ``current`` = (key, state, rng state) when the checkpoint holds this run unfinished.
+    ``desc`` names the run in the bar (with the runs the SE asks for so far, so that a user
+    sees the cost of runs that disagree before it is spent).
+    ``save(key, state, rng_state)``, when given, keeps the unfinished run every
     ``_SAVE_SECONDS``."""
     rng = np.random.default_rng(seed)
-    if current is not None and current[0] == index:
+    if current is not None and current[0] == key:
         _, live, rng_state = current
         rng.bit_generator.state = rng_state
     else:
         live = density.prior_draws(rng, settings["n_live"])
     canonicalise = _canonical_copy(density, settings["mlp_layers"])
-    bar = progress_bar(progressbar, desc=f"Nested sampling (run {index + 1} of {wanted})",
-                       unit=" steps")
+    bar = progress_bar(progressbar, desc=desc, unit=" steps")
     last_save = time.perf_counter()
 
     def after_step(state, info):
@@ -392,7 +496,7 @@ def _one_run(density, seed, settings, index, progressbar, current, save,
             bar.update(1)
             bar.set_postfix_str(f"log X={info.log_x:.1f}, log Z≈{info.log_z:.2f}")
         if save is not None and time.perf_counter() - last_save > _SAVE_SECONDS:
-            save(index, state, rng.bit_generator.state)
+            save(key, state, rng.bit_generator.state)
             last_save = time.perf_counter()
 
     try:
@@ -451,28 +555,36 @@ def _combine(runs: list[NestedRun]) -> tuple[float, float, float, float]:
     return estimate, float(np.nanmax([within, between])), within, between
 
 
-def _result(rng, model, density, runs, settings, timing, start, messages: list) -> NestedResult:
+def _result(rng, model, density, check: MovesCheck, saved, settings, timing, start,
+            messages: list) -> NestedResult:
+    runs = check.runs
     log_z, se, within, between = _combine(runs)
     _warn_on_soft_problems(messages, runs, se, settings)
+    se = _warn_on_moves(messages, check, se)
     posterior, sample_stats, ess = _posterior(rng, density, runs)
+    every_run = saved["runs"] + [run for level in saved["checks"] for run in level]
     timing["total"] = time.perf_counter() - start
     return NestedResult(
         log_evidence=log_z,
         se=se,
         model_name=model.name or "",
-        diagnostics=_diagnostics(runs),
+        diagnostics=_diagnostics(runs, check.run_moves),
         posterior=posterior,
         sample_stats=sample_stats,
         se_within=within,
         se_between=between,
         run_log_evidence=tuple(float(r.log_z) for r in runs),
         run_se=tuple(float(r.log_z_se) for r in runs),
+        run_inner_steps=tuple(check.run_moves),
         information=float(np.mean([r.information for r in runs])),
         n_runs=len(runs),
         n_live=settings["n_live"],
-        n_evaluations=int(sum(r.n_evaluations for r in runs)),
+        n_evaluations=int(sum(r.n_evaluations for r in every_run)),
         ess=ess,
         insertion_z=_insertion_z(runs),
+        moves_levels=tuple(moves for moves, _, _ in check.levels),
+        moves_log_evidence=tuple(float(log_z) for _, log_z, _ in check.levels),
+        moves_se=tuple(float(level_se) for _, _, level_se in check.levels),
         settings=settings,
         timing=timing,
         warnings=messages,
@@ -502,13 +614,38 @@ def _insertion_z(runs) -> float:
     return float(np.sum([r.insertion_z for r in runs]) / np.sqrt(len(runs)))
 
 
-def _diagnostics(runs) -> pd.DataFrame:
+def _diagnostics(runs, run_moves) -> pd.DataFrame:
     """One row per step of every run."""
-    frames = [pd.DataFrame({"run": i, **{c: np.asarray(getattr(r, c)) for c in _STEP_COLUMNS}})
-              for i, r in enumerate(runs)]
+    frames = [pd.DataFrame({"run": i, "num_inner_steps": moves,
+                            **{c: np.asarray(getattr(r, c)) for c in _STEP_COLUMNS}})
+              for i, (r, moves) in enumerate(zip(runs, run_moves))]
     frame = pd.concat(frames, ignore_index=True)
     frame.index.name = "step"
     return frame
+
+
+def _warn_on_moves(messages, check: MovesCheck, se: float) -> float:
+    """Warn when doubling the slice moves moved the estimate; returns the SE to report, at
+    least the last doubling's move: if doubling the moves at least halves a bias, the move
+    bounds the bias that remains."""
+    levels = check.levels
+    if not levels:
+        return se
+    shown = ", ".join(f"{log_z:.2f} ± {level_se:.2f} with {moves}" for moves, log_z, level_se
+                      in levels)
+    if not check.settled:
+        warn(messages, f"the estimate kept moving as the slice moves per replacement doubled "
+             f"({shown}) and the budget (n_runs × 2^k ≤ max_runs) ended before two levels "
+             "agreed: the live points do not represent the constrained prior and the evidence "
+             "is off by more than the runs' spread shows. The estimate is the last level's and "
+             f"its SE at least the last move ({check.last_move:+.2f} nats). Pass "
+             f"num_inner_steps={levels[-1][0] * 2} or more.", stacklevel=5)
+    elif len(levels) > 2:
+        warn(messages, f"the estimate moved as the slice moves per replacement doubled "
+             f"({shown}): with {levels[0][0]} moves it was off by more than its SE said. The "
+             "estimate pools the last two levels, which agree, its SE at least their difference; "
+             f"pass num_inner_steps={levels[-2][0]} next time.", stacklevel=5)
+    return max(se, abs(check.last_move))
 
 
 def _warn_on_soft_problems(messages, runs, se, settings) -> None:
