@@ -89,9 +89,11 @@ def run_role(role: str, model, layer, seeds: range, dim: int, checkpoint=None):
         # 8x: eight times nested's default live points, max(100, 25 d), in two runs
         eightfold = role == "nested 8x"
         runs, n_live, seed = (2, 8 * max(100, 25 * dim), 11) if eightfold else (4, None, 200)
+        # Runs at one number of moves, each a row (nested_moves_check.py studies the check).
         result = pm_evidence.nested(model, mlp_layers=layer, n_live=n_live, n_runs=runs,
-                                    max_runs=runs, target_se=None, random_seed=seed,
-                                    progressbar=False, cores=1, checkpoint=checkpoint(None))
+                                    max_runs=runs, target_se=None, moves_check=False,
+                                    random_seed=seed, progressbar=False, cores=1,
+                                    checkpoint=checkpoint(None))
         seconds = _seconds(begun, result) / result.n_runs
         for run, (log_z, se) in enumerate(zip(result.run_log_evidence, result.run_se)):
             yield {"seed": run, "log_z": log_z, "se": se, "seconds": seconds,

@@ -55,7 +55,8 @@ def run(method: str, h: int, checkpoint: Path) -> dict:
         if method == "nested":
             result = pm_evidence.nested(
                 model, mlp_layers=ROBOT_ARM_LAYER, target_se=None, n_runs=4, max_runs=4,
-                cores=1, random_seed=h, progressbar=False, checkpoint=checkpoint,
+                moves_check=False, cores=1, random_seed=h, progressbar=False,
+                checkpoint=checkpoint,
             )
         else:
             result = pm_evidence.thermodynamic(

@@ -56,7 +56,7 @@ SETTINGS = {
     True: dict(cmc=dict(n_chains=4, n_pilot=16, delta_end=0.02, stage_length=100,
                         max_leapfrog=16),
                thermo=dict(n_particles=32, n_groups=2, max_groups=2, target_se=None),
-               nested=dict(n_live=60, num_inner_steps=20, target_se=None),
+               nested=dict(n_live=60, num_inner_steps=20, target_se=None, moves_check=False),
                laplace=dict(restarts=2), sizes=(), datasets=0),
     False: dict(cmc=dict(n_chains=10, n_pilot=64, delta_end=1e-3, stage_length=300,
                          max_leapfrog=16),

@@ -145,6 +145,8 @@ def test_bad_input_errors_before_any_work():
         pm_evidence.nested("model")
     with pytest.raises(ValueError, match=r"moves_check must be one of \['auto', True, False\]"):
         pm_evidence.nested(model, moves_check="yes")
+    with pytest.raises(ValueError, match="moves_check=True needs max_runs >= 2 \\* n_runs = 8"):
+        pm_evidence.nested(model, moves_check=True, n_runs=4, max_runs=7)
     wide, _ = testing.conjugate_regression(dim=10)
     with pytest.raises(ValueError, match="n_live must be larger than the model's 10 unconstrained"):
         pm_evidence.nested(wide, n_live=9)

@@ -2,8 +2,9 @@ r"""Nested sampling for any PyMC model: the estimator :func:`nested` (Skilling 2
 slice sampling on the compiled density (Yallup et al. 2026).
 
 The sampler itself, with no PyMC, is :mod:`._nested_core`; this module runs independent runs of
-it on a model's compiled density until the error bar reaches ``target_se``, and combines them
-into a :class:`~pymc_evidence.NestedResult`.
+it on a model's compiled density until the error bar reaches ``target_se``, checks them against
+runs with more slice moves (the moves check), and combines them into a
+:class:`~pymc_evidence.NestedResult`.
 """
 
 from __future__ import annotations
@@ -160,7 +161,8 @@ def nested(
         moves at least halves a bias, the move bounds the bias that remains (so the SE can
         exceed ``target_se`` by the check's own noise, that of ``n_runs`` runs). ``"auto"``:
         on MLPs (``mlp_layers`` given or recognised), where the bias has been seen; never
-        when a run stopped at ``max_steps``. The levels are in ``moves_levels``,
+        when a run stopped at ``max_steps`` or the budget allows no doubling (``max_runs <
+        2 n_runs``, an error with True). The levels are in ``moves_levels``,
         ``moves_log_evidence`` and ``moves_se``.
     checkpoint : str or path, optional
         File where every finished run is saved at once, and an unfinished one every 30 s
@@ -238,6 +240,9 @@ def nested(
     number("target_se", target_se, low=0, low_open=True, optional=True)
     n_runs = integer("n_runs", n_runs, 2, why=" (the spread between runs is part of the SE)")
     max_runs = integer("max_runs", max_runs, n_runs, why=" (n_runs)")
+    if moves_check is True and max_runs < 2 * n_runs:
+        raise ValueError(f"moves_check=True needs max_runs >= 2 * n_runs = {2 * n_runs} (its "
+                         f"levels of n_runs runs cost 2, 4, … runs' worth each), got {max_runs}")
     number("termination", termination, low=0, high=1, low_open=True)
     integer("max_steps", max_steps, 1, optional=True)
     integer("max_clusters", max_clusters, 1)
@@ -375,11 +380,17 @@ def _check_wanted(settings, runs) -> bool:
     """Whether to run the moves check: as asked, or ("auto") on MLPs, whose curved posteriors
     are where too few moves have been seen to bias the evidence low; never on runs cut short
     at max_steps, whose estimates are not the evidence."""
-    if any(run.stop_reason == "max_steps" for run in runs):
+    if any(run.stop_reason == "max_steps" for run in runs) or _check_budget(settings) < 1:
         return False
     if settings["moves_check"] != "auto":
         return bool(settings["moves_check"])
     return bool(settings["mlp_layers"])
+
+
+def _check_budget(settings) -> int:
+    """Doublings of the moves check: each level's ``n_runs`` runs cost 2^k runs' worth, at
+    most ``max_runs``."""
+    return int(np.floor(np.log2(settings["max_runs"] / settings["n_runs"])))
 
 
 #: An estimate that moves by more than this many combined SE when the slice moves double has
@@ -395,7 +406,7 @@ def _moves_check(runs, saved, settings, batch) -> MovesCheck:
     ``saved["checks"]`` holds the levels' runs, each saved when finished.
     """
     n_runs, moves = settings["n_runs"], settings["num_inner_steps"]
-    budget = int(np.floor(np.log2(settings["max_runs"] / n_runs)))
+    budget = _check_budget(settings)
     previous_runs, previous_moves = list(runs), [moves] * len(runs)
     previous = _combine(previous_runs)
     levels = [(moves, previous[0], previous[1])]
