@@ -113,7 +113,10 @@ def cases():
             mix, n_live=100, target_se=None, n_runs=2, random_seed=11, cores=1, **quiet),
         "nested_liang_mlp": lambda: pm_evidence.nested(
             _liang(), n_live=60, target_se=None, n_runs=2, mlp_layers=layer,
-            random_seed=12, cores=1, **quiet),
+            moves_check=False, random_seed=12, cores=1, **quiet),
+        "nested_moves_check": lambda: pm_evidence.nested(
+            bb, n_live=50, target_se=None, n_runs=2, moves_check=True, random_seed=13,
+            cores=1, **quiet),
     }
 
 

@@ -319,10 +319,11 @@ def _sample(model, density, saved, store, settings, cores, progressbar) -> Moves
     processes when they do."""
     runs, seconds = saved["runs"], saved["seconds"]
     with contextlib.ExitStack() as stack:
-        pools = []
+        pool = None
 
         def batch(level, todo, wanted):
             """Runs ``todo`` of ``level`` (moves doubled ``level`` times), saving each."""
+            nonlocal pool
             done = runs if level == 0 else saved["checks"][level - 1]
             run_settings = dict(settings,
                                 num_inner_steps=settings["num_inner_steps"] * 2**level)
@@ -355,12 +356,12 @@ def _sample(model, density, saved, store, settings, cores, progressbar) -> Moves
                                    desc=f"Nested sampling ({label}run {index + 1} of {wanted})")
                     finished(run, time.perf_counter() - begun)
                 return
-            if not pools:
-                pools.append(stack.enter_context(shut_down_after(
-                    density_pool(model, settings["backend"], workers, fork))))
+            if pool is None:
+                pool = stack.enter_context(shut_down_after(
+                    density_pool(model, settings["backend"], workers, fork)))
             desc = f"Nested sampling ({label}runs {todo[0] + 1}–{todo[-1] + 1}, in parallel)"
-            _parallel_batch(pools[0], list(zip(keys, run_seeds)), run_settings, desc,
-                            progressbar, finished)
+            _parallel_batch(pool, list(zip(keys, run_seeds)), run_settings, desc, progressbar,
+                            finished)
 
         while (wanted := _runs_wanted(runs, settings)) > len(runs):
             todo = range(len(runs), wanted)
