@@ -189,7 +189,7 @@ def test_mlp_layers_align_points_and_the_moves_check_keeps_the_evidence():
     """Exchangeable units with an exact evidence: aligning the points under the units'
     permutations leaves log Z within 3 SE. On an MLP (here with a fifth of the default moves,
     to be quick, which warns) the moves check runs n_runs runs with twice the moves; levels
-    that agree are pooled, the SE at least their difference."""
+    that agree are pooled, the SE including their difference beyond its noise."""
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, size=(25, 2))
     y = 0.3 + x @ np.array([0.8, -0.5]) + 0.4 * x[:, 0] ** 2 + 0.5 * rng.normal(size=25)
@@ -205,7 +205,7 @@ def test_mlp_layers_align_points_and_the_moves_check_keeps_the_evidence():
                                     ) == [104, 104, 208, 208]
     move = res.moves_log_evidence[1] - res.moves_log_evidence[0]
     assert abs(move) <= 2 * np.hypot(*res.moves_se)  # settled at the first doubling
-    assert res.se >= abs(move) and res.se >= res.se_within
+    assert res.se == pytest.approx(_se_with_move(res))
     assert not any("doubled" in message for message in res.warnings)
     with pytest.raises(ValueError, match="not an untransformed free variable"):
         pm_evidence.nested(model, mlp_layers=pm_evidence.MLPLayer("w_in"), progressbar=False)
@@ -215,7 +215,7 @@ def test_moves_check_keeps_doubling_while_the_estimate_moves():
     """A fifth of a move per parameter on a 20-d correlated Gaussian biases log Z up by 5
     nats (replacements stay near their survivors); as the moves double the estimate comes
     down, level by level, and the budget (n_runs × 2^k ≤ max_runs) ends before two levels
-    agree: the last level is reported, its SE at least the last move, with a warning."""
+    agree: the last level is reported, its SE including the last move, with a warning."""
     model, exact = testing.correlated_gaussian(dim=20)
     with pytest.warns(EvidenceWarning, match="kept moving as the slice moves per replacement"):
         res = pm_evidence.nested(model, num_inner_steps=4, moves_check=True, target_se=None,
@@ -223,8 +223,15 @@ def test_moves_check_keeps_doubling_while_the_estimate_moves():
     assert res.moves_levels == (4, 8, 16, 32) and res.run_inner_steps == (32, 32)
     assert np.all(np.diff(res.moves_log_evidence) < 0)
     assert res.moves_log_evidence[0] - exact > 4  # the bias the check is there for
-    assert res.se >= abs(res.moves_log_evidence[-1] - res.moves_log_evidence[-2])
+    assert res.se == pytest.approx(_se_with_move(res))
     assert abs(res.log_evidence - exact) < 3 * res.se, (res.log_evidence, res.se, exact)
+
+
+def _se_with_move(res) -> float:
+    """The runs' SE and the part of the last doubling's move its noise does not explain."""
+    move = res.moves_log_evidence[-1] - res.moves_log_evidence[-2]
+    noise = np.hypot(*res.moves_se[-2:])
+    return np.hypot(max(res.se_within, res.se_between), np.sqrt(max(0, move**2 - noise**2)))
 
 
 def test_plot_nested_draws_every_run(regression):

@@ -157,9 +157,10 @@ def nested(
         2 combined SE the moves are doubled again, within the budget
         ``n_runs × 2^k ≤ max_runs`` (three doublings at the defaults). Two levels that
         agree are pooled; if the budget ends first, the last level is reported, with a
-        warning. Either way the SE is at least the last doubling's move: when doubling the
-        moves at least halves a bias, the move bounds the bias that remains (so the SE can
-        exceed ``target_se`` by the check's own noise, that of ``n_runs`` runs). ``"auto"``:
+        warning. Either way the SE includes the part of the last doubling's move δ that the
+        levels' noise c does not explain, :math:`\sqrt{\mathrm{SE}^2 + \max(0, \delta^2 -
+        c^2)}`: when doubling the moves at least halves a bias, the move bounds the bias that
+        remains (so the SE can exceed ``target_se``). ``"auto"``:
         on MLPs (``mlp_layers`` given or recognised), where the bias has been seen; never
         when a run stopped at ``max_steps`` or the budget allows no doubling (``max_runs <
         2 n_runs``, an error with True). The levels are in ``moves_levels``,
@@ -303,13 +304,12 @@ def _runs_wanted(runs: list[NestedRun], settings: dict) -> int:
 
 class MovesCheck(NamedTuple):
     """What the moves check leaves: the runs to pool (all of equal moves, or two levels that
-    agree), each level's (moves per replacement, log Z, SE), the last doubling's move (None
-    without a check) and whether two levels agreed before the budget ended."""
+    agree), each level's (moves per replacement, log Z, SE) and whether two levels agreed
+    before the budget ended."""
 
     runs: list
     run_moves: list  # each run's slice moves per replacement
     levels: list
-    last_move: float | None  # the estimate's change at the last doubling
     settled: bool = True
 
 
@@ -367,7 +367,7 @@ def _sample(model, density, saved, store, settings, cores, progressbar) -> Moves
             todo = range(len(runs), wanted)
             batch(0, todo[:1] if not seconds else todo, wanted)
         if not _check_wanted(settings, runs):
-            return MovesCheck(list(runs), [settings["num_inner_steps"]] * len(runs), [], None)
+            return MovesCheck(list(runs), [settings["num_inner_steps"]] * len(runs), [])
         return _moves_check(runs, saved, settings, batch)
 
 
@@ -411,7 +411,6 @@ def _moves_check(runs, saved, settings, batch) -> MovesCheck:
     previous_runs, previous_moves = list(runs), [moves] * len(runs)
     previous = _combine(previous_runs)
     levels = [(moves, previous[0], previous[1])]
-    move = None
     for level in range(1, budget + 1):
         if len(saved["checks"]) < level:
             saved["checks"].append([])
@@ -424,10 +423,9 @@ def _moves_check(runs, saved, settings, batch) -> MovesCheck:
         combined = float(np.hypot(current[1], previous[1]))
         level_moves = [moves * 2**level] * len(done)
         if abs(move) <= _MOVE_BAND * combined:
-            return MovesCheck(previous_runs + list(done), previous_moves + level_moves, levels,
-                              move, settled=True)
+            return MovesCheck(previous_runs + list(done), previous_moves + level_moves, levels)
         previous_runs, previous_moves, previous = list(done), level_moves, current
-    return MovesCheck(previous_runs, previous_moves, levels, move, settled=False)
+    return MovesCheck(previous_runs, previous_moves, levels, settled=False)
 
 
 def _parallel_batch(pool, tasks, settings, desc, progressbar, finished) -> None:
@@ -637,27 +635,35 @@ def _diagnostics(runs, run_moves) -> pd.DataFrame:
 
 
 def _warn_on_moves(messages, check: MovesCheck, se: float) -> float:
-    """Warn when doubling the slice moves moved the estimate; returns the SE to report, at
-    least the last doubling's move: if doubling the moves at least halves a bias, the move
-    bounds the bias that remains."""
+    r"""Warn when doubling the slice moves moved the estimate; returns the SE to report.
+
+    The last doubling moved the estimate by δ, with noise c (the two levels' SEs combined).
+    If doubling the moves at least halves a bias, the bias left at the last level is at most
+    the true move, whose square δ² − c² estimates without bias: the SE is
+    :math:`\sqrt{\mathrm{SE}^2 + \max(0, \delta^2 - c^2)}`, the runs' SE when the move is
+    noise, about |δ| when it is not.
+    """
     levels = check.levels
     if not levels:
         return se
+    (_, lower, lower_se), (_, upper, upper_se) = levels[-2:]
+    move = upper - lower
+    bias = np.sqrt(max(0.0, move**2 - lower_se**2 - upper_se**2))
     shown = ", ".join(f"{log_z:.2f} ± {level_se:.2f} with {moves}" for moves, log_z, level_se
                       in levels)
     if not check.settled:
         warn(messages, f"the estimate kept moving as the slice moves per replacement doubled "
              f"({shown}) and the budget (n_runs × 2^k ≤ max_runs) ended before two levels "
              "agreed: the live points do not represent the constrained prior and the evidence "
-             "is off by more than the runs' spread shows. The estimate is the last level's and "
-             f"its SE at least the last move ({check.last_move:+.2f} nats). Pass "
+             "is off by more than the runs' spread shows. The estimate is the last level's, its "
+             f"SE including the last move ({move:+.2f} nats). Pass "
              f"num_inner_steps={levels[-1][0] * 2} or more.", stacklevel=5)
     elif len(levels) > 2:
         warn(messages, f"the estimate moved as the slice moves per replacement doubled "
              f"({shown}): with {levels[0][0]} moves it was off by more than its SE said. The "
-             "estimate pools the last two levels, which agree, its SE at least their difference; "
-             f"pass num_inner_steps={levels[-2][0]} next time.", stacklevel=5)
-    return max(se, abs(check.last_move))
+             "estimate pools the last two levels, which agree, its SE including their "
+             f"difference; pass num_inner_steps={levels[-2][0]} next time.", stacklevel=5)
+    return float(np.hypot(se, bias))
 
 
 def _warn_on_soft_problems(messages, runs, se, settings) -> None:
