@@ -144,9 +144,11 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "num_inner_steps=moves × d, moves_check=True, target_se=None, random_seed=seed, "
         "cores=1)` (2 runs per level). Levels: the moves of each level of the check, with "
         "its estimate; the result pools the last two levels, or is the last alone when the "
-        "budget (3 doublings) ended first, its SE including the last move beyond its noise. "
-        "Runs' SE: the SE of the pooled runs alone, before that term. z: (log Z − reference) "
-        "/ √(SE² + reference SE²).",
+        "budget (3 doublings) ended first, its SE including the last move beyond its noise, "
+        "times 1 + the lower level's share of the pooled Z (fits made before that factor have "
+        "their SE recomputed from their levels; it changes one, Liang H=3 5 d seed 2, from "
+        "0.32). Runs' SE: the SE of the pooled runs alone, before that term. z: (log Z − "
+        "reference) / √(SE² + reference SE²).",
         "",
         "| model | d | moves | seed | log Z | runs' SE | z | levels: log Z | runs pooled | s "
         "| warnings |",

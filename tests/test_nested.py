@@ -228,10 +228,16 @@ def test_moves_check_keeps_doubling_while_the_estimate_moves():
 
 
 def _se_with_move(res) -> float:
-    """The runs' SE and the part of the last doubling's move its noise does not explain."""
+    """The runs' SE and the part of the last doubling's move its noise does not explain,
+    scaled by 1 + the lower level's share of the pooled Z (the lower level is the more
+    biased)."""
     move = res.moves_log_evidence[-1] - res.moves_log_evidence[-2]
     noise = np.hypot(*res.moves_se[-2:])
-    return np.hypot(max(res.se_within, res.se_between), np.sqrt(max(0, move**2 - noise**2)))
+    log_z, se = np.array(res.run_log_evidence), np.array(res.run_se)
+    z = np.exp(log_z - se**2 / 2 - np.max(log_z - se**2 / 2))
+    share = z[np.array(res.run_inner_steps) == res.moves_levels[-2]].sum() / z.sum()
+    return np.hypot(max(res.se_within, res.se_between),
+                    (1 + share) * np.sqrt(max(0, move**2 - noise**2)))
 
 
 def test_plot_nested_draws_every_run(regression):

@@ -158,9 +158,11 @@ def nested(
         ``n_runs × 2^k ≤ max_runs`` (three doublings at the defaults). Two levels that
         agree are pooled; if the budget ends first, the last level is reported, with a
         warning. Either way the SE includes the part of the last doubling's move δ that the
-        levels' noise c does not explain, :math:`\sqrt{\mathrm{SE}^2 + \max(0, \delta^2 -
-        c^2)}`: when doubling the moves at least halves a bias, the move bounds the bias that
-        remains (so the SE can exceed ``target_se``). ``"auto"``:
+        levels' noise c does not explain, :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0,
+        \delta^2 - c^2)}`, w the lower level's share of the pooled Z (0 for the last level
+        alone): when doubling the moves at least halves a bias, the move bounds the bias left
+        at the last level, twice the move the lower level's (so the SE can exceed
+        ``target_se``). ``"auto"``:
         on MLPs (``mlp_layers`` given or recognised), where the bias has been seen; never
         when a run stopped at ``max_steps`` or the budget allows no doubling (``max_runs <
         2 n_runs``, an error with True). The levels are in ``moves_levels``,
@@ -639,16 +641,19 @@ def _warn_on_moves(messages, check: MovesCheck, se: float) -> float:
 
     The last doubling moved the estimate by δ, with noise c (the two levels' SEs combined).
     If doubling the moves at least halves a bias, the bias left at the last level is at most
-    the true move, whose square δ² − c² estimates without bias: the SE is
-    :math:`\sqrt{\mathrm{SE}^2 + \max(0, \delta^2 - c^2)}`, the runs' SE when the move is
-    noise, about |δ| when it is not.
+    the true move m, and the lower level's at most 2|m|; pooled with weight w on the lower
+    level's runs (their share of the averaged Z), at most (1 + w)|m|. δ² − c² estimates m²
+    without bias: the SE is :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}`,
+    the runs' SE when the move is noise, about (1 + w)|δ| when it is not (w = 0 when the
+    last level alone is the estimate).
     """
     levels = check.levels
     if not levels:
         return se
-    (_, lower, lower_se), (_, upper, upper_se) = levels[-2:]
+    (lower_moves, lower, lower_se), (_, upper, upper_se) = levels[-2:]
     move = upper - lower
-    bias = np.sqrt(max(0.0, move**2 - lower_se**2 - upper_se**2))
+    share = _weight_of(check.runs, [moves == lower_moves for moves in check.run_moves])
+    bias = (1 + share) * np.sqrt(max(0.0, move**2 - lower_se**2 - upper_se**2))
     shown = ", ".join(f"{log_z:.2f} ± {level_se:.2f} with {moves}" for moves, log_z, level_se
                       in levels)
     if not check.settled:
@@ -664,6 +669,14 @@ def _warn_on_moves(messages, check: MovesCheck, se: float) -> float:
              "estimate pools the last two levels, which agree, its SE including their "
              f"difference; pass num_inner_steps={levels[-2][0]} next time.", stacklevel=5)
     return float(np.hypot(se, bias))
+
+
+def _weight_of(runs, members) -> float:
+    """The share of the runs marked in ``members`` in the average of Z that
+    :func:`_combine` takes."""
+    unbiased = np.array([r.log_z - r.log_z_se**2 / 2 for r in runs])
+    return float(np.exp(logsumexp(unbiased[members]) - logsumexp(unbiased))
+                 if any(members) else 0.0)
 
 
 def _warn_on_soft_problems(messages, runs, se, settings) -> None:
