@@ -429,7 +429,7 @@ def test_the_effort_check_pools_two_levels_that_agree():
     assert unchecked.effort_particles == ()  # "auto": one mode-free posterior, groups agree
 
 
-def test_an_effort_check_that_moves_warns_and_its_se_covers_the_last_move():
+def test_an_effort_check_that_moves_warns_and_its_se_covers_the_move():
     from pymc_evidence.estimators._stepping_stone import Estimate
     from pymc_evidence.estimators.thermodynamic import EffortCheck, _warn_on_effort
 
@@ -447,3 +447,8 @@ def test_an_effort_check_that_moves_warns_and_its_se_covers_the_last_move():
     assert _warn_on_effort(messages, unsettled, 0.1) == 1.0
     assert "it may still be low" in messages[0]
     assert _warn_on_effort([], EffortCheck([], [(64, level(-10.0, 0.1))] * 2, None), 0.1) == 0.1
+    # Settled within the band (0.25 < 2 × 0.141) but beyond the noise: the SE adds the excess,
+    # √(0.25² − 0.02), times 1 + the lower level's share of the pooled Z.
+    moved = EffortCheck([], [(64, level(-10.0, 0.1)), (128, level(-9.75, 0.1))], None)
+    assert _warn_on_effort([], moved, 0.08, lower_share=0.3) == pytest.approx(
+        np.hypot(0.08, 1.3 * np.sqrt(0.25**2 - 0.02)))

@@ -172,9 +172,12 @@ def thermodynamic(
         estimate low by more than its SE says, and doubling them moves it up. While the
         estimate moves (up by more than 2, or down by more than 3, combined SE), the particles
         are doubled again, within the budget ``n_groups × particles ≤ max_groups × n_particles``
-        (three doublings at the defaults). Once two levels agree their groups are pooled; if the
-        budget ends first, the last level is reported, its SE at least the last move, with a
-        warning. ``"auto"`` checks when the posterior shows signs of separated modes: an MLP
+        (three doublings at the defaults). Once two levels agree their groups are pooled, the
+        SE including the part of the last move δ that the levels' noise c does not explain,
+        :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}` (w: the lower
+        level's share of the pooled Z; if doubling the particles at least halves a bias, this
+        bounds the bias left); if the budget ends first, the last level is reported, its SE at
+        least the last move, with a warning. ``"auto"`` checks when the posterior shows signs of separated modes: an MLP
         (``mlp_layers`` given or recognised in the model's graph) or groups that disagree
         beyond their within-group errors. The levels are in ``effort_particles``,
         ``effort_log_evidence`` and ``effort_se``.
@@ -542,7 +545,7 @@ def _result(rng, model, density, rounds, effort, ladder, settings, timing, start
     ti = round_integration(pooled, ladder, smallest)
     _warn_on_soft_problems(messages, ss, ti, log_ratio_var, pooled, settings["target_se"],
                            pooled[0].final_log_weights.shape[1])
-    se = _warn_on_effort(messages, effort, ss.se)
+    se = _warn_on_effort(messages, effort, ss.se, _lower_share(effort, ss.per_group))
     # Draws come from the groups with the most particles (the last level pooled).
     particles = pooled[-1].final_log_weights.shape[1]
     last = [r for r in pooled if r.final_log_weights.shape[1] == particles]
@@ -877,9 +880,25 @@ def _levels_text(levels) -> str:
     return ", ".join(f"{e.log_evidence:.2f} ± {e.se:.2f} with {p}" for p, e in levels)
 
 
-def _warn_on_effort(messages, effort: EffortCheck, se: float) -> float:
-    """Warn when doubling the particles moved the estimate; returns the SE to report (at
-    least the last move when the check did not settle)."""
+def _lower_share(effort: EffortCheck, per_group: np.ndarray) -> float:
+    """The lower level's share of the pooled Z when the check pooled two levels (the last
+    level's groups come last), else 0."""
+    if len(effort.levels) < 2 or effort.unsettled is not None:
+        return 0.0
+    last = effort.rounds[-1].final_log_weights.shape[0]
+    return float(np.exp(logsumexp(per_group[:-last]) - logsumexp(per_group)))
+
+
+def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float = 0.0) -> float:
+    r"""Warn when doubling the particles moved the estimate; returns the SE to report.
+
+    Unsettled: at least the last move. Settled: the last doubling moved the estimate by δ,
+    with noise c (the two levels' SEs combined); if doubling the particles at least halves a
+    bias, the bias left at the last level is at most the true move m and the lower level's at
+    most 2|m|, so the pooled estimate's, with weight w (``lower_share``) on the lower level,
+    at most (1 + w)|m|. δ² − c² estimates m² without bias: the SE is
+    :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}`.
+    """
     levels = effort.levels
     if effort.unsettled is not None:
         warn(
@@ -900,6 +919,11 @@ def _warn_on_effort(messages, effort: EffortCheck, se: float) -> float:
             "than its SE said. The estimate pools the last two levels, which agree; start from "
             f"n_particles={levels[-2][0]} next time.",
         )
+    if len(levels) >= 2:
+        (_, lower), (_, upper) = levels[-2:]
+        move = upper.log_evidence - lower.log_evidence
+        excess = np.sqrt(max(0.0, move**2 - lower.se**2 - upper.se**2))
+        return float(np.hypot(se, (1 + lower_share) * excess))
     return se
 
 
