@@ -109,7 +109,8 @@ def _fit(name, model, layer, dim, multiple, seed) -> dict:
         "levels": " ".join(str(m // dim) for m in result.moves_levels),
         "level_log_z": " ".join(f"{v:.2f}" for v in result.moves_log_evidence),
         "level_se": " ".join(f"{v:.2f}" for v in result.moves_se),
-        "runs_pooled": result.n_runs, "seconds": time.perf_counter() - begun,
+        "runs_pooled": result.n_runs,
+        "seconds": time.perf_counter() - begun + result.timing.get("earlier_sessions", 0.0),
         "warnings": " | ".join(message.split(":")[0] for message in result.warnings),
     }
     print(f"{name}, {multiple} d, seed {seed}: {result.log_evidence:.2f} ± {result.se:.2f} "
