@@ -160,8 +160,8 @@ def nested(
         warning. Either way the SE includes the part of the last doubling's move δ that the
         levels' noise c does not explain, :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0,
         \delta^2 - c^2)}`, w the lower level's share of the pooled Z (0 for the last level
-        alone): when doubling the moves at least halves a bias, the move bounds the bias left
-        at the last level, twice the move the lower level's (so the SE can exceed
+        alone): when doubling the moves at least halves a bias, the bias left is at most the
+        move at the last level and twice it at the lower one (so the SE can exceed
         ``target_se``). ``"auto"``:
         on MLPs (``mlp_layers`` given or recognised), where the bias has been seen; never
         when a run stopped at ``max_steps`` or the budget allows no doubling (``max_runs <

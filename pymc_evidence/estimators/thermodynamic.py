@@ -177,10 +177,10 @@ def thermodynamic(
         :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}` (w: the lower
         level's share of the pooled Z; if doubling the particles at least halves a bias, this
         bounds the bias left); if the budget ends first, the last level is reported, its SE at
-        least the last move, with a warning. ``"auto"`` checks when the posterior shows signs of separated modes: an MLP
-        (``mlp_layers`` given or recognised in the model's graph) or groups that disagree
-        beyond their within-group errors. The levels are in ``effort_particles``,
-        ``effort_log_evidence`` and ``effort_se``.
+        least the last move, with a warning. ``"auto"`` checks when the posterior shows signs
+        of separated modes: an MLP (``mlp_layers`` given or recognised in the model's graph)
+        or groups that disagree beyond their within-group errors. The levels are in
+        ``effort_particles``, ``effort_log_evidence`` and ``effort_se``.
     mode_search : {"auto", True, False} or int, default "auto"
         After sampling, maximise log p(θ, D) from prior draws (an integer: how many; True:
         32) and from the 8 particles of highest log p(θ, D). A mode from the prior draws more
