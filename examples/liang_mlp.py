@@ -20,6 +20,9 @@ and method), ``liang_mlp_table4.csv`` (full mode; one row per sample size and mo
 
 Run ``python examples/liang_mlp.py --quick`` for a smoke test (minutes: most of it compiles the
 four models' densities and Hessians, ~10–20 min with a cold PyTensor cache on a loaded machine).
+The full Table 3 takes about two hours of a core; its thermodynamic and nested fits are
+checkpointed to ``OUT/liang_mlp_checkpoints`` (``--checkpoints``), so an interrupted run,
+started again, resumes them (finished fits are reloaded).
 """
 
 from __future__ import annotations
@@ -82,8 +85,9 @@ def _run_cmc(models, seed, options):
                            progressbar=False, **options)
 
 
-def table3(seed: int, quick: bool) -> tuple[pd.DataFrame, dict]:
-    """CMC, thermodynamic and Laplace posterior model probabilities on Liang's data set."""
+def table3(seed: int, quick: bool, checkpoints: Path | None = None) -> tuple[pd.DataFrame, dict]:
+    """CMC, thermodynamic, nested and Laplace posterior model probabilities on Liang's data
+    set; the thermodynamic and nested fits saved to (and resumed from) ``checkpoints``."""
     settings = SETTINGS[quick]
     x, y = liang_data(30, seed=seed)
     models = _models(x, y)
@@ -102,19 +106,23 @@ def table3(seed: int, quick: bool) -> tuple[pd.DataFrame, dict]:
         log_z, se, seconds = {}, {}, {}
         for i, (name, model) in enumerate(models.items()):
             start = time.perf_counter()
+            checkpoint = (None if checkpoints is None
+                          else checkpoints / f"table3{'_quick' * quick}_seed{seed}_{method}_{name}")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # their flags are kept in the result
                 if method == "thermodynamic":
                     res = pm_evidence.thermodynamic(model, random_seed=seed + i, progressbar=False,
-                                                    **settings["thermo"])
+                                                    checkpoint=checkpoint, **settings["thermo"])
                 elif method == "nested":
                     res = pm_evidence.nested(model, mlp_layers=LAYER, random_seed=seed + i,
-                                             progressbar=False, **settings["nested"])
+                                             progressbar=False, checkpoint=checkpoint,
+                                             **settings["nested"])
                 else:
                     res = pm_evidence.laplace(model, mlp_layers=LAYER, random_seed=seed + i,
                                               progressbar=False, **settings["laplace"])
             log_z[name], se[name] = res.log_evidence, res.se
-            seconds[name] = time.perf_counter() - start
+            # a resumed fit: its earlier sessions count too
+            seconds[name] = time.perf_counter() - start + res.timing.get("earlier_sessions", 0.0)
         for name, p in _probabilities(log_z).items():
             rows.append(dict(model=name, method=method, probability=p, probability_se=np.nan,
                              log_evidence=log_z[name], se=se[name], frequency=np.nan,
@@ -190,15 +198,20 @@ def figure(table: pd.DataFrame, results: dict, path: Path) -> None:
 
 
 def main(quick: bool = False, out: str | Path = "examples/results", seed: int = 0,
-         datasets: int | None = None, only: str | None = None, sizes=None) -> dict:
+         datasets: int | None = None, only: str | None = None, sizes=None,
+         checkpoints: str | Path | None = None) -> dict:
     """Run the example; returns ``{"table3": DataFrame, "table4": DataFrame, "seconds": float}``
-    (an empty DataFrame for a table not run: ``only="table3"`` or ``"table4"`` runs one)."""
+    (an empty DataFrame for a table not run: ``only="table3"`` or ``"table4"`` runs one).
+    ``checkpoints``: a directory for Table 3's thermodynamic and nested fits (None: none)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     t3 = t4 = pd.DataFrame()
     if only != "table4":
-        t3, results = table3(seed, quick)
+        if checkpoints is not None:
+            checkpoints = Path(checkpoints)
+            checkpoints.mkdir(parents=True, exist_ok=True)
+        t3, results = table3(seed, quick, checkpoints)
         t3.to_csv(out / "liang_mlp_table3.csv", index=False)
         figure(t3, results, out / "liang_mlp.png")
         print(f"table 3 done after {time.perf_counter() - start:.0f} s", flush=True)
@@ -218,9 +231,12 @@ if __name__ == "__main__":
                         help="run one of the two tables (Table 4 only in full mode)")
     parser.add_argument("--sizes", type=int, nargs="+", default=None,
                         help="sample sizes of Table 4 (default Liang's 10 20 25 30 40 50)")
+    parser.add_argument("--checkpoints", default=None,
+                        help="Table 3's fit checkpoints (default: OUT/liang_mlp_checkpoints)")
     args = parser.parse_args()
     output = main(quick=args.quick, out=args.out, seed=args.seed, datasets=args.datasets,
-                  only=args.only, sizes=args.sizes)
+                  only=args.only, sizes=args.sizes,
+                  checkpoints=args.checkpoints or Path(args.out) / "liang_mlp_checkpoints")
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         for name in ("table3", "table4"):
             if not output[name].empty:
