@@ -452,3 +452,21 @@ def test_an_effort_check_that_moves_warns_and_its_se_covers_the_move():
     moved = EffortCheck([], [(64, level(-10.0, 0.1)), (128, level(-9.75, 0.1))], None)
     assert _warn_on_effort([], moved, 0.08, lower_share=0.3) == pytest.approx(
         np.hypot(0.08, 1.3 * np.sqrt(0.25**2 - 0.02)))
+
+
+def test_the_lower_levels_share_of_the_pooled_evidence():
+    """w: the lower level's groups' share of the averaged Z (the last level's groups come
+    last); 0 when the last level alone is reported or no group is finite."""
+    from types import SimpleNamespace
+
+    from pymc_evidence.estimators._stepping_stone import Estimate
+    from pymc_evidence.estimators.thermodynamic import EffortCheck, _lower_share
+
+    rounds = [SimpleNamespace(final_log_weights=np.zeros((4, n))) for n in (64, 128)]
+    levels = [(n, Estimate(z, 0.1, 0.1, 0.1, np.full(4, z))) for n, z in ((64, -10.0),
+                                                                          (128, -9.7))]
+    per_group = np.r_[np.full(4, -10.0), np.full(4, -9.7)]
+    assert _lower_share(EffortCheck(rounds, levels, None), per_group) == pytest.approx(
+        1 / (1 + np.exp(0.3)))
+    assert _lower_share(EffortCheck(rounds[-1:], levels, 0.3), per_group[4:]) == 0.0
+    assert _lower_share(EffortCheck(rounds, levels, None), np.full(8, -np.inf)) == 0.0

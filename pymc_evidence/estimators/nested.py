@@ -675,8 +675,11 @@ def _weight_of(runs, members) -> float:
     """The share of the runs marked in ``members`` in the average of Z that
     :func:`_combine` takes."""
     unbiased = np.array([r.log_z - r.log_z_se**2 / 2 for r in runs])
-    return float(np.exp(logsumexp(unbiased[members]) - logsumexp(unbiased))
-                 if any(members) else 0.0)
+    if not any(members):
+        return 0.0
+    with np.errstate(invalid="ignore"):
+        share = float(np.exp(logsumexp(unbiased[members]) - logsumexp(unbiased)))
+    return share if np.isfinite(share) else 0.0  # no finite run: no estimate to bound
 
 
 def _warn_on_soft_problems(messages, runs, se, settings) -> None:

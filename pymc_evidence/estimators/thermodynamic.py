@@ -886,7 +886,9 @@ def _lower_share(effort: EffortCheck, per_group: np.ndarray) -> float:
     if len(effort.levels) < 2 or effort.unsettled is not None:
         return 0.0
     last = effort.rounds[-1].final_log_weights.shape[0]
-    return float(np.exp(logsumexp(per_group[:-last]) - logsumexp(per_group)))
+    with np.errstate(invalid="ignore"):
+        share = float(np.exp(logsumexp(per_group[:-last]) - logsumexp(per_group)))
+    return share if np.isfinite(share) else 0.0  # no finite group: no estimate to bound
 
 
 def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float = 0.0) -> float:
