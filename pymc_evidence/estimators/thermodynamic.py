@@ -169,18 +169,18 @@ def thermodynamic(
     effort_check : {"auto", True, False}, default "auto"
         After the groups above, run ``n_groups`` groups with twice the particles on the same
         ladder and compare: too few particles to hold a multimodal posterior's modes bias the
-        estimate low by more than its SE says, and doubling them moves it up. While the
-        estimate moves (up by more than 2, or down by more than 3, combined SE), the particles
-        are doubled again, within the budget ``n_groups × particles ≤ max_groups × n_particles``
-        (three doublings at the defaults). Once two levels agree their groups are pooled, the
-        SE including the part of the last move δ that the levels' noise c does not explain,
-        :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}` (w: the lower
-        level's share of the pooled Z; if doubling the particles at least halves a bias, this
-        bounds the bias left); if the budget ends first, the last level is reported, its SE at
-        least the last move, with a warning. ``"auto"`` checks when the posterior shows signs
-        of separated modes: an MLP (``mlp_layers`` given or recognised in the model's graph)
-        or groups that disagree beyond their within-group errors. The levels are in
-        ``effort_particles``, ``effort_log_evidence`` and ``effort_se``.
+        estimate low by more than its SE says, and doubling them moves it up. While the estimate
+        moves (up by more than 2, or down by more than 3, combined SE), the particles are
+        doubled again, within the budget ``n_groups × particles ≤ max_groups × n_particles``
+        (three doublings at the defaults). Once two levels agree their groups are pooled, the SE
+        including the part of the last move δ that the levels' noise c does not explain,
+        :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}` (w: the lower level's
+        share of the pooled Z; if doubling the particles at least halves a bias, this bounds the
+        bias left, so the SE can exceed ``target_se``); if the budget ends first, the last level
+        is reported, its SE at least the last move, with a warning. ``"auto"`` checks when the
+        posterior shows signs of separated modes: an MLP (``mlp_layers`` given or recognised in
+        the model's graph) or groups that disagree beyond their within-group errors. The levels
+        are in ``effort_particles``, ``effort_log_evidence`` and ``effort_se``.
     mode_search : {"auto", True, False} or int, default "auto"
         After sampling, maximise log p(θ, D) from prior draws (an integer: how many; True:
         32) and from the 8 particles of highest log p(θ, D). A mode from the prior draws more
