@@ -4,7 +4,7 @@ Pure functions of the per-group, per-stage records a round leaves (:mod:`._tempe
 the stepping-stone product of evidence ratios (Barber & Bishop 1997, eq. 4–5) averaged over
 independent groups on the evidence scale, thermodynamic integration with the Friel–Hurn–Wyse
 correction, and the standard-error laws (within-group delta method, between-group spread,
-log-normal tail bound).
+log-normal tail bound, the bias bound of two pooled effort levels).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 __all__ = ["Estimate", "stepping_stone", "lognormal_se", "thermodynamic_integration",
-           "round_increments", "round_integration"]
+           "round_increments", "round_integration", "share_of", "pooled_levels_bias"]
 
 
 class Estimate(NamedTuple):
@@ -63,6 +63,29 @@ def lognormal_se(log_z_groups: np.ndarray) -> float:
         return 0.0
     log_expm1 = s2 + np.log(-np.expm1(-s2))
     return float(np.logaddexp(0.0, 0.5 * (log_expm1 - np.log(finite.size))))
+
+
+def share_of(log_values: np.ndarray, members) -> float:
+    """The share of the ``members`` (a boolean mask) in Σ exp(log_values); 0 when there are
+    none or nothing is finite."""
+    members = np.asarray(members, dtype=bool)
+    if not members.any():
+        return 0.0
+    with np.errstate(invalid="ignore"):
+        share = float(np.exp(logsumexp(log_values[members]) - logsumexp(log_values)))
+    return share if np.isfinite(share) else 0.0
+
+
+def pooled_levels_bias(move: float, noise: float, lower_share: float) -> float:
+    r"""Bound on the bias of two pooled effort levels (chaining's particles, nested sampling's
+    slice moves), as an SE term: :math:`(1 + w) \sqrt{\max(0, \delta^2 - c^2)}`.
+
+    If doubling the effort at least halves a bias, the bias left at the higher level is at most
+    the true move m between the levels and the lower level's at most 2|m|, so the pooled
+    estimate's, with weight w (``lower_share``) on the lower level, at most (1 + w)|m|; the
+    measured move δ has noise c and δ² − c² estimates m² without bias.
+    """
+    return (1 + lower_share) * float(np.sqrt(max(0.0, move**2 - noise**2)))
 
 
 def thermodynamic_integration(lambdas, mean_ll, var_ll, n_particles) -> Estimate:

@@ -28,7 +28,7 @@ from pymc_evidence.density import check_prior_draws, get_density
 from pymc_evidence.estimators._nested_core import (
     NestedRun, equal_weight_draws, kish_ess, nested_core,
 )
-from pymc_evidence.estimators._stepping_stone import lognormal_se
+from pymc_evidence.estimators._stepping_stone import lognormal_se, pooled_levels_bias, share_of
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
 from pymc_evidence.results import NestedResult, warn
 from pymc_evidence.symmetry import MLPLayer, align_units, resolve_layers, sampling_layers
@@ -558,13 +558,19 @@ def _combine(runs: list[NestedRun]) -> tuple[float, float, float, float]:
     log_z = np.array([r.log_z for r in runs])
     se_runs = np.array([r.log_z_se for r in runs])
     R = len(runs)
-    unbiased = log_z - se_runs**2 / 2
+    unbiased = _unbiased_log_z(runs)
     weights = np.exp(unbiased - logsumexp(unbiased))
     within = float(np.sqrt(np.sum(weights**2 * se_runs**2)))
     between = max(float(np.sqrt(R / (R - 1) * np.sum((weights - 1 / R) ** 2))),
                   lognormal_se(log_z)) if R > 1 else np.nan
     estimate = float(logsumexp(unbiased) - np.log(R))
     return estimate, float(np.nanmax([within, between])), within, between
+
+
+def _unbiased_log_z(runs) -> np.ndarray:
+    """Each run's log Z minus half its variance: the log of an unbiased Z when log Ẑ_r is
+    normal with SE s_r, the terms :func:`_combine` averages."""
+    return np.array([r.log_z - r.log_z_se**2 / 2 for r in runs])
 
 
 def _result(rng, model, density, check: MovesCheck, saved, settings, timing, start,
@@ -640,20 +646,20 @@ def _warn_on_moves(messages, check: MovesCheck, se: float) -> float:
     r"""Warn when doubling the slice moves moved the estimate; returns the SE to report.
 
     The last doubling moved the estimate by δ, with noise c (the two levels' SEs combined).
-    If doubling the moves at least halves a bias, the bias left at the last level is at most
-    the true move m, and the lower level's at most 2|m|; pooled with weight w on the lower
-    level's runs (their share of the averaged Z), at most (1 + w)|m|. δ² − c² estimates m²
-    without bias: the SE is :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}`,
-    the runs' SE when the move is noise, about (1 + w)|δ| when it is not (w = 0 when the
-    last level alone is the estimate).
+    The SE adds the bound on the pooled levels' bias
+    (:func:`~._stepping_stone.pooled_levels_bias`), with w the lower level's runs' share of
+    the averaged Z (0 when the last level alone is the estimate):
+    :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}`, the runs' SE when the
+    move is noise, about (1 + w)|δ| when it is not.
     """
     levels = check.levels
     if not levels:
         return se
     (lower_moves, lower, lower_se), (_, upper, upper_se) = levels[-2:]
     move = upper - lower
-    share = _weight_of(check.runs, [moves == lower_moves for moves in check.run_moves])
-    bias = (1 + share) * np.sqrt(max(0.0, move**2 - lower_se**2 - upper_se**2))
+    share = share_of(_unbiased_log_z(check.runs),
+                     [moves == lower_moves for moves in check.run_moves])
+    bias = pooled_levels_bias(move, float(np.hypot(lower_se, upper_se)), share)
     shown = ", ".join(f"{log_z:.2f} ± {level_se:.2f} with {moves}" for moves, log_z, level_se
                       in levels)
     if not check.settled:
@@ -669,17 +675,6 @@ def _warn_on_moves(messages, check: MovesCheck, se: float) -> float:
              "estimate pools the last two levels, which agree, its SE including their "
              f"difference; pass num_inner_steps={levels[-2][0]} next time.", stacklevel=5)
     return float(np.hypot(se, bias))
-
-
-def _weight_of(runs, members) -> float:
-    """The share of the runs marked in ``members`` in the average of Z that
-    :func:`_combine` takes."""
-    unbiased = np.array([r.log_z - r.log_z_se**2 / 2 for r in runs])
-    if not any(members):
-        return 0.0
-    with np.errstate(invalid="ignore"):
-        share = float(np.exp(logsumexp(unbiased[members]) - logsumexp(unbiased)))
-    return share if np.isfinite(share) else 0.0  # no finite run: no estimate to bound
 
 
 def _warn_on_soft_problems(messages, runs, se, settings) -> None:

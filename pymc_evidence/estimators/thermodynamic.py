@@ -36,7 +36,7 @@ from pymc_evidence.density import get_density
 from pymc_evidence.estimators._mode_search import ModeSearch, search_modes
 from pymc_evidence.estimators._reference import temper_from_mode
 from pymc_evidence.estimators._stepping_stone import (
-    round_increments, round_integration, stepping_stone,
+    pooled_levels_bias, round_increments, round_integration, share_of, stepping_stone,
 )
 from pymc_evidence.estimators._tempering import Round, final_draws, power_ladder, run_round
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
@@ -886,20 +886,16 @@ def _lower_share(effort: EffortCheck, per_group: np.ndarray) -> float:
     if len(effort.levels) < 2 or effort.unsettled is not None:
         return 0.0
     last = effort.rounds[-1].final_log_weights.shape[0]
-    with np.errstate(invalid="ignore"):
-        share = float(np.exp(logsumexp(per_group[:-last]) - logsumexp(per_group)))
-    return share if np.isfinite(share) else 0.0  # no finite group: no estimate to bound
+    return share_of(per_group, np.arange(per_group.size) < per_group.size - last)
 
 
 def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float = 0.0) -> float:
     r"""Warn when doubling the particles moved the estimate; returns the SE to report.
 
     Unsettled: at least the last move. Settled: the last doubling moved the estimate by δ,
-    with noise c (the two levels' SEs combined); if doubling the particles at least halves a
-    bias, the bias left at the last level is at most the true move m and the lower level's at
-    most 2|m|, so the pooled estimate's, with weight w (``lower_share``) on the lower level,
-    at most (1 + w)|m|. δ² − c² estimates m² without bias: the SE is
-    :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}`.
+    with noise c (the two levels' SEs combined), and the SE adds the bound on the pooled
+    levels' bias, :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}` with w
+    = ``lower_share`` (:func:`~._stepping_stone.pooled_levels_bias`).
     """
     levels = effort.levels
     if effort.unsettled is not None:
@@ -923,9 +919,9 @@ def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float
         )
     if len(levels) >= 2:
         (_, lower), (_, upper) = levels[-2:]
-        move = upper.log_evidence - lower.log_evidence
-        excess = np.sqrt(max(0.0, move**2 - lower.se**2 - upper.se**2))
-        return float(np.hypot(se, (1 + lower_share) * excess))
+        bias = pooled_levels_bias(upper.log_evidence - lower.log_evidence,
+                                  float(np.hypot(lower.se, upper.se)), lower_share)
+        return float(np.hypot(se, bias))
     return se
 
 
