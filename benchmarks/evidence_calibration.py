@@ -21,6 +21,8 @@ Usage::
 
     python benchmarks/evidence_calibration.py                  # 10 seeds, every case
     python benchmarks/evidence_calibration.py --seeds 2 --cases beta_binomial   # a quick look
+    python benchmarks/evidence_calibration.py --seeds 100 --cases normal_inverse_gamma \
+        --methods thermodynamic                                # more seeds of one method
     python benchmarks/evidence_calibration.py --report   # the report again, from the CSV
 
 Written: ``benchmarks/results/evidence_calibration.md`` and the runs in ``.csv`` beside it, both
@@ -163,6 +165,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--cases", nargs="+", choices=list(all_cases), default=list(all_cases))
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS),
+                        help="run only these methods (e.g. more seeds of a cheap one)")
     parser.add_argument("--output", type=Path, default=OUTPUT)
     parser.add_argument("--report", action="store_true",
                         help="only rewrite the report from the CSV (after editing its notes)")
@@ -185,7 +189,7 @@ def main(argv=None) -> int:
         model, exact = all_cases[name][1]()
         for seed in range(args.seeds):
             order = [method for method in METHODS[seed % 3:] + METHODS[:seed % 3]
-                     if (name, seed, method) not in done]
+                     if method in args.methods and (name, seed, method) not in done]
             if not order:
                 continue
             for method in order:
