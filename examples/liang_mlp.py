@@ -22,7 +22,9 @@ Run ``python examples/liang_mlp.py --quick`` for a smoke test (minutes: most of 
 four models' densities and Hessians, ~10–20 min with a cold PyTensor cache on a loaded machine).
 The full Table 3 takes about two hours of a core; its thermodynamic and nested fits are
 checkpointed to ``OUT/liang_mlp_checkpoints`` (``--checkpoints``), so an interrupted run,
-started again, resumes them (finished fits are reloaded).
+started again, resumes them (finished fits are reloaded). ``--methods`` reruns some of Table 3's
+estimators and keeps the other estimators' rows of the table already in ``--out`` (CMC, which
+the figure draws, always runs: about a minute).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from pymc_evidence import MLPLayer
 from pymc_evidence.testing import liang_data, liang_mlp
 
 HIDDEN = (1, 2, 3, 4)
+#: Table 3's estimators besides CMC, in the table's order.
+ESTIMATORS = ("thermodynamic", "nested", "laplace")
 #: The layer of liang_mlp: hidden weights z_in (P × H) and biases z_bias; output integrated out.
 LAYER = MLPLayer("z_in", bias="z_bias")
 #: Liang (2005), Table 3, column (1,100): evidence in % (SD over 10 runs) and sampling frequency.
@@ -85,9 +89,10 @@ def _run_cmc(models, seed, options):
                            progressbar=False, **options)
 
 
-def table3(seed: int, quick: bool, checkpoints: Path | None = None) -> tuple[pd.DataFrame, dict]:
-    """CMC, thermodynamic, nested and Laplace posterior model probabilities on Liang's data
-    set; the thermodynamic and nested fits saved to (and resumed from) ``checkpoints``."""
+def table3(seed: int, quick: bool, checkpoints: Path | None = None,
+           methods=ESTIMATORS) -> tuple[pd.DataFrame, dict]:
+    """CMC's and ``methods``' posterior model probabilities on Liang's data set; the
+    thermodynamic and nested fits saved to (and resumed from) ``checkpoints``."""
     settings = SETTINGS[quick]
     x, y = liang_data(30, seed=seed)
     models = _models(x, y)
@@ -102,7 +107,7 @@ def table3(seed: int, quick: bool, checkpoints: Path | None = None) -> tuple[pd.
             frequency=res.frequency, birth_acceptance=res.birth_acceptance,
             death_acceptance=res.death_acceptance, seconds=cmc_time / len(models),
         ))
-    for method in ("thermodynamic", "nested", "laplace"):
+    for method in methods:
         log_z, se, seconds = {}, {}, {}
         for i, (name, model) in enumerate(models.items()):
             start = time.perf_counter()
@@ -197,22 +202,51 @@ def figure(table: pd.DataFrame, results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _kept_rows(path: Path, methods) -> pd.DataFrame:
+    """The rows of ``methods`` in the Table 3 at ``path``, to keep beside a rerun of the
+    others; an error before any work if the table lacks them."""
+    if not methods:
+        return pd.DataFrame()
+    table = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["model", "method"])
+    kept = table[table["method"].isin(methods)]
+    missing = [m for m in methods if list(kept.loc[kept["method"] == m, "model"])
+               != [f"H{h}" for h in HIDDEN]]
+    if missing:
+        raise ValueError(f"{path} has no rows of {missing} to keep: rerun them too "
+                         f"(--methods {' '.join(ESTIMATORS)})")
+    return kept
+
+
+def _in_table_order(table: pd.DataFrame) -> pd.DataFrame:
+    order = {m: i for i, m in enumerate(("cmc", *ESTIMATORS, "liang2005"))}
+    return table.sort_values("method", key=lambda m: m.map(order), kind="stable",
+                             ignore_index=True)
+
+
 def main(quick: bool = False, out: str | Path = "examples/results", seed: int = 0,
          datasets: int | None = None, only: str | None = None, sizes=None,
-         checkpoints: str | Path | None = None) -> dict:
+         checkpoints: str | Path | None = None, methods=ESTIMATORS) -> dict:
     """Run the example; returns ``{"table3": DataFrame, "table4": DataFrame, "seconds": float}``
     (an empty DataFrame for a table not run: ``only="table3"`` or ``"table4"`` runs one).
-    ``checkpoints``: a directory for Table 3's thermodynamic and nested fits (None: none)."""
+    ``checkpoints``: a directory for Table 3's thermodynamic and nested fits (None: none).
+    ``methods``: Table 3's estimators to run besides CMC; the others' rows are kept from the
+    table in ``out``."""
+    unknown = sorted(set(methods) - set(ESTIMATORS))
+    if unknown:
+        raise ValueError(f"methods must be among {ESTIMATORS}, got {unknown}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     t3 = t4 = pd.DataFrame()
     if only != "table4":
+        path = out / "liang_mlp_table3.csv"
+        kept = _kept_rows(path, [m for m in ESTIMATORS if m not in methods])
         if checkpoints is not None:
             checkpoints = Path(checkpoints)
             checkpoints.mkdir(parents=True, exist_ok=True)
-        t3, results = table3(seed, quick, checkpoints)
-        t3.to_csv(out / "liang_mlp_table3.csv", index=False)
+        t3, results = table3(seed, quick, checkpoints, [m for m in ESTIMATORS if m in methods])
+        t3 = _in_table_order(pd.concat([t3, kept], ignore_index=True) if len(kept) else t3)
+        t3.to_csv(path, index=False)
         figure(t3, results, out / "liang_mlp.png")
         print(f"table 3 done after {time.perf_counter() - start:.0f} s", flush=True)
     if only != "table3" and not quick:
@@ -233,10 +267,14 @@ if __name__ == "__main__":
                         help="sample sizes of Table 4 (default Liang's 10 20 25 30 40 50)")
     parser.add_argument("--checkpoints", default=None,
                         help="Table 3's fit checkpoints (default: OUT/liang_mlp_checkpoints)")
+    parser.add_argument("--methods", nargs="+", choices=ESTIMATORS, default=list(ESTIMATORS),
+                        help="Table 3's estimators to run besides CMC (default all); the others' "
+                        "rows are kept from the table in OUT")
     args = parser.parse_args()
     output = main(quick=args.quick, out=args.out, seed=args.seed, datasets=args.datasets,
                   only=args.only, sizes=args.sizes,
-                  checkpoints=args.checkpoints or Path(args.out) / "liang_mlp_checkpoints")
+                  checkpoints=args.checkpoints or Path(args.out) / "liang_mlp_checkpoints",
+                  methods=args.methods)
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         for name in ("table3", "table4"):
             if not output[name].empty:

@@ -47,3 +47,21 @@ def test_liang_example_help():
     assert set(example.PAPER_TABLE4) == {10, 20, 25, 30, 40, 50}
     for row in example.PAPER_TABLE4.values():  # Liang's evidences are percentages summing to 100
         assert sum(row) == pytest.approx(100.0, abs=0.02)
+
+
+def test_liang_example_keeps_the_rows_of_estimators_not_rerun(tmp_path):
+    example = _load()
+    with pytest.raises(ValueError, match=r"has no rows of \['thermodynamic', 'nested'\] to keep"):
+        example.main(quick=True, out=tmp_path, methods=("laplace",))  # before any work
+    with pytest.raises(ValueError, match="methods must be among"):
+        example.main(quick=True, out=tmp_path, methods=("smc",))
+    models = [f"H{h}" for h in example.HIDDEN]
+    table = pd.DataFrame({"model": models * 3,
+                          "method": ["laplace"] * 4 + ["nested"] * 4 + ["cmc"] * 4,
+                          "probability": np.arange(12.0)})
+    table.to_csv(tmp_path / "liang_mlp_table3.csv", index=False)
+    kept = example._kept_rows(tmp_path / "liang_mlp_table3.csv", ["nested"])
+    assert list(kept["method"]) == ["nested"] * 4 and list(kept["probability"]) == [4, 5, 6, 7]
+    ordered = example._in_table_order(table)
+    assert list(ordered["method"].unique()) == ["cmc", "nested", "laplace"]
+    assert list(ordered["model"]) == models * 3
