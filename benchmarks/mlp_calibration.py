@@ -36,6 +36,7 @@ Usage::
     python benchmarks/mlp_calibration.py --cases "Liang" --roles defaults doubled
     python benchmarks/mlp_calibration.py --cases "h=2" --roles defaults --seeds 2 --first-seed 4
     python benchmarks/mlp_calibration.py --cases "h=3" --roles nested --checkpoints /tmp/ckpt
+    python benchmarks/mlp_calibration.py --cases "h=4" --roles "chaining 8x" --seeds 1 --first-seed 2
 """
 
 from __future__ import annotations
@@ -78,9 +79,10 @@ SETTINGS = {"defaults": ("doubled", "defaults"),
             "unaligned": ("unaligned, doubled", "`mlp_layers=None`")}
 
 
-def run_role(role: str, model, layer, seeds: range, dim: int, checkpoint=None):
+def run_role(role: str, model, layer, seeds: range | None, dim: int, checkpoint=None):
     """Yield one row per fit (per nested run) as it finishes: log Z, SE, seconds, effort-check
-    levels, warnings. ``checkpoint(seed)``, if given, names the file a fit (nested: its runs,
+    levels, warnings. ``seeds``: the fits' seeds (None: 1…5, long chaining 1 and 2; nested
+    runs take their own). ``checkpoint(seed)``, if given, names the file a fit (nested: its runs,
     seed None) saves to and resumes from; seconds then include the earlier sessions'
     sampling."""
     checkpoint = checkpoint or (lambda seed: None)
@@ -113,7 +115,7 @@ def run_role(role: str, model, layer, seeds: range, dim: int, checkpoint=None):
         "unaligned": dict(mlp_layers=None),
         "unaligned, doubled": dict(mlp_layers=None, n_particles=512),
     }[role]
-    for seed in range(1, 3) if role.endswith("chaining 8x") else seeds:
+    for seed in seeds or range(1, 3 if role.endswith("chaining 8x") else 6):
         begun = time.perf_counter()
         result = pm_evidence.thermodynamic(model, random_seed=seed, progressbar=False, cores=1,
                                            checkpoint=checkpoint(seed), **options)
@@ -152,12 +154,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_run_arguments(parser, CSV, "(fits of hours that a session limit may cut)")
     parser.add_argument("--roles", nargs="+", default=list(ROLES), choices=ROLES)
-    parser.add_argument("--seeds", type=int, default=5, help="default fits per model")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="fits per model and role (default 5, long chaining 2)")
     parser.add_argument("--first-seed", type=int, default=1,
-                        help="seed of the first default fit (to add fits to earlier ones)")
+                        help="with --seeds: seed of the first fit (to add fits to earlier ones)")
     args = parser.parse_args(argv)
+    if args.seeds is None and args.first_seed != 1:
+        parser.error("--first-seed needs --seeds (how many fits from it)")
     rows = []
-    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    seeds = None if args.seeds is None else range(args.first_seed, args.first_seed + args.seeds)
     for name, (build, layer) in CASES.items():
         if args.cases and not any(text in name for text in args.cases):
             continue
