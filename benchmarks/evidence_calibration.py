@@ -42,6 +42,7 @@ import logging
 import math
 import os
 import platform
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -145,12 +146,32 @@ def report(runs: pd.DataFrame, command: str, cases: dict, finished: bool, notes:
             f"| {row.case} | {row.method} | {row.runs} | {row.bias:+.3f} | {row.rmse:.3f} "
             f"| {row.mean_se:.3f} | {row.mean_abs_z:.2f} | {row.within_2se:.0%} "
             f"| {row.seconds:.3g} | {row.efficiency:.3g} | {to_rmse} |")
+    short = _fewer_seeds(runs)
+    if short:
+        lines += ["", "Run on fewer seeds than the case's other methods: " + "; ".join(short)
+                  + "."]
     failed = runs[~runs["ok"]]
     lines += ["", "## Failures", ""]
     lines += [f"- `{r.case}` {r.method} seed {r.seed}: {r.error_type}: {r.error}"
               for r in failed.itertuples()] or ["None."]
     lines += ["", "## Notes", "", notes.strip() or "(written by hand after the run)", ""]
     return "\n".join(lines)
+
+
+def _fewer_seeds(runs: pd.DataFrame) -> list[str]:
+    """"method on `case` (n of N)" for each method run on fewer seeds than the most any
+    method of its case was run on."""
+    seeds = runs.groupby(["case", "method"], sort=False)["seed"].nunique()
+    most = seeds.groupby(level="case").transform("max")
+    return [f"{method} on `{case}` ({n} of {m})"
+            for (case, method), n, m in zip(seeds.index, seeds, most) if n < m]
+
+
+def _written_by(path: Path) -> str | None:
+    """The command that wrote an earlier report, if any (a rewritten report keeps it)."""
+    match = re.search(r"^Written by `([^`]*)`", path.read_text() if path.exists() else "",
+                      re.MULTILINE)
+    return match.group(1) if match else None
 
 
 def _notes(path: Path) -> str:
@@ -180,6 +201,7 @@ def main(argv=None) -> int:
     if args.report:
         runs = pd.read_csv(csv)
         finished = runs.groupby("case")["seed"].nunique().min() >= args.seeds
+        command = _written_by(args.output) or command
         args.output.write_text(report(runs, command, all_cases, finished=finished,
                                       notes=_notes(args.output)))
         return 0
