@@ -115,7 +115,8 @@ def run_role(role: str, model, layer, seeds: range | None, dim: int, checkpoint=
         "unaligned": dict(mlp_layers=None),
         "unaligned, doubled": dict(mlp_layers=None, n_particles=512),
     }[role]
-    for seed in seeds or range(1, 3 if role.endswith("chaining 8x") else 6):
+    default_seeds = range(1, 3 if role.endswith("chaining 8x") else 6)
+    for seed in default_seeds if seeds is None else seeds:
         begun = time.perf_counter()
         result = pm_evidence.thermodynamic(model, random_seed=seed, progressbar=False, cores=1,
                                            checkpoint=checkpoint(seed), **options)
