@@ -105,7 +105,7 @@ def test_run_missing_extra_groups_resumes_to_identical_result(model, tmp_path):
 def test_run_missing_an_effort_check_level_resumes_to_identical_result(model, tmp_path):
     """The effort check's levels are saved as they finish; a run stopped before the last one
     reruns it with the seed the uninterrupted run gave it."""
-    options = dict(OPTIONS, n_particles=32, max_groups=8, effort_check=True)
+    options = dict(OPTIONS, n_particles=64, max_groups=8, effort_check=True)
     path = tmp_path / "run.ckpt"
     uninterrupted = pm_evidence.thermodynamic(model, checkpoint=path, **options)
     with open(path, "rb") as file:
@@ -238,3 +238,24 @@ def _in_moves_check(path) -> bool:
     except (FileNotFoundError, EOFError, pickle.UnpicklingError):
         return False
     return current is not None and isinstance(current[0], tuple)
+
+
+@pytest.mark.filterwarnings("ignore:target_se=0.02 not reached", "ignore:the groups' log")
+def test_run_with_larger_groups_missing_a_chunk_resumes_to_identical_result(model, tmp_path):
+    """Groups of 8 spread too wide here and are replaced by groups of 32, then extra groups of
+    32 follow; every chunk is saved in the order it ran and a resumed run reruns only the
+    missing one."""
+    options = dict(OPTIONS, target_se=0.02, max_groups=64, n_particles=8)
+    path = tmp_path / "run.ckpt"
+    uninterrupted = pm_evidence.thermodynamic(model, checkpoint=path, **options)
+    with open(path, "rb") as file:
+        saved = pickle.load(file)
+    shapes = [r.final_log_weights.shape for r in saved["state"]["rounds"]]
+    assert shapes[:3] == [(4, 8), (4, 32), (4, 32)]
+    saved["state"]["rounds"][2] = None
+    with open(path, "wb") as file:
+        pickle.dump(saved, file)
+    resumed = pm_evidence.thermodynamic(model, checkpoint=path, **options)
+    assert resumed.n_groups == uninterrupted.n_groups == 16
+    assert resumed.log_evidence == uninterrupted.log_evidence
+    assert resumed.diagnostics.equals(uninterrupted.diagnostics)

@@ -470,3 +470,37 @@ def test_the_lower_levels_share_of_the_pooled_evidence():
         1 / (1 + np.exp(0.3)))
     assert _lower_share(EffortCheck(rounds[-1:], levels, 0.3), per_group[4:]) == 0.0
     assert _lower_share(EffortCheck(rounds, levels, None), np.full(8, -np.inf)) == 0.0
+
+
+@pytest.mark.filterwarnings("ignore:target_se=0.1 not reached")
+def test_groups_whose_log_evidences_spread_too_wide_are_replaced_by_larger_ones(regression5):
+    """Groups of 8 particles spread by 1.1 nats on this seed: the estimate pools groups of 16
+    instead, as many as the same particle budget allows, and says so."""
+    model, exact = regression5
+    with pytest.warns(pm_evidence.EvidenceWarning, match="n_particles=16 next time"):
+        res = pm_evidence.thermodynamic(model, n_particles=8, random_seed=2, progressbar=False)
+    assert res.n_groups == 16  # max_groups × n_particles = 256 particles in groups of 16
+    assert res.posterior["w"].shape[:2] == (16, 16)
+    assert_close_to_exact(res, exact)
+
+
+def test_the_group_size_predicted_from_the_groups_spread():
+    """Variance ∝ 1 / particles: doubled until the variance would be at most one nat², within
+    the largest size; groups already run are replaced only on a clear excess."""
+    from pymc_evidence.estimators.thermodynamic import _group_particles
+
+    wide = np.array([-2.0, 0.0, 2.0, 0.5])  # sample variance 2.73: two doublings
+    assert _group_particles(wide, 256, 2048, None) == 1024
+    assert _group_particles(wide, 256, 512, None) == 512
+    assert _group_particles(wide / 2, 256, 2048, None) == 256  # variance 0.68
+    assert _group_particles(np.array([0.0, np.nan, -np.inf]), 256, 2048, None) == 256
+    # 32 groups of variance 1.74 (chi-square bound at 90 % 1.30): replaced; 8 of variance 1.2
+    # (bound 0.70) are not.
+    rng = np.random.default_rng(0)
+    many = rng.normal(size=32)
+    many *= np.sqrt(1.74) / np.std(many, ddof=1)
+    assert _group_particles(many, 256, 2048, 0.9) == 512
+    few = rng.normal(size=8)
+    few *= np.sqrt(1.2) / np.std(few, ddof=1)
+    assert _group_particles(few, 1024, 2048, 0.9) == 1024
+    assert _group_particles(few, 1024, 2048, None) == 2048

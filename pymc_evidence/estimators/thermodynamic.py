@@ -130,11 +130,18 @@ def thermodynamic(
         round, more independent groups are run on the same ladder until the SE reaches it (at
         most ``max_groups``). ``None`` runs one round only.
     n_particles : int, default 256
-        Particles per group.
+        Particles per group. When the groups' log evidences vary by more than a nat²
+        (judged on the first round, and again after the extra groups), groups with enough
+        more particles to bring the variance to one, which falls as 1 / particles, replace
+        them (a power-of-two multiple, within ``max_groups × n_particles`` particles), with a
+        warning: groups that spread wider give an average that rests on the few highest, and
+        that average and its SE come out low together (on the robot-arm MLP with four hidden
+        units, 3.3 SE low with groups of 256).
     n_groups : int, default 4
         Independent groups in the first round (each is its own SMC population).
     max_groups : int, default 32
-        Upper bound on groups over all rounds.
+        Upper bound on groups of ``n_particles`` over all rounds: the budget is
+        ``max_groups × n_particles`` particles, shared by fewer groups when they are larger.
     ladder : array_like, optional
         Temperatures 0 = λ₀ < … < λ_S = 1 (e.g. :func:`power_ladder`). Default: adaptive.
     target_cess : float or "auto", default "auto"
@@ -167,13 +174,13 @@ def thermodynamic(
         ones used are in ``settings["mlp_layers"]``. Pass them explicitly for a layer the
         graph does not show, None for no alignment.
     effort_check : {"auto", True, False}, default "auto"
-        After the groups above, run ``n_groups`` groups with twice the particles on the same
+        After the groups above, run ``n_groups`` groups with twice their particles on the same
         ladder and compare: too few particles to hold a multimodal posterior's modes bias the
         estimate low by more than its SE says, and doubling them moves it up. While the estimate
         moves (up by more than 2, or down by more than 3, combined SE), the particles are
         doubled again, within the budget ``n_groups × particles ≤ max_groups × n_particles``
-        (three doublings at the defaults). Once two levels agree their groups are pooled, the SE
-        including the part of the last move δ that the levels' noise c does not explain,
+        (up to 2048 particles at the defaults). Once two levels agree their groups are pooled,
+        the SE including the part of the last move δ that the levels' noise c does not explain,
         :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}` (w: the lower level's
         share of the pooled Z; if doubling the particles at least halves a bias, this bounds the
         bias left, so the SE can exceed ``target_se``); if the budget ends first, the last level
@@ -263,7 +270,8 @@ def thermodynamic(
        first much larger than the second, and that is reported). Groups whose log estimates
        spread by σ nats imply an SE of about log(1 + √(expm1(σ²)/G)) (the lognormal law of
        SMC estimates), which the SE never undercuts: an average that one group dominates is not
-       reported as precise.
+       reported as precise. That law is a limit that holds while σ² is of order one, so
+       groups that spread wider are replaced by larger ones first (see ``n_particles``).
 
     References
     ----------
@@ -332,14 +340,14 @@ def thermodynamic(
         first_seconds = time.perf_counter() - compiled
         ladder = np.array([0.0] + [s.lam for s in rounds[0].stages])
         after_first = copy.deepcopy(rng.bit_generator.state)
-        _extra_groups(
-            rng, store, rounds, model, density, backend, ladder, round_settings, settings, cores,
-            first_seconds, bar,
+        level = _sized_groups(
+            rng, store, rounds, after_first, model, density, backend, ladder, round_settings,
+            settings, cores, first_seconds, bar, messages,
         )
-        effort = EffortCheck(rounds, [], None)
-        if _check_wanted(effort_check, layers, rounds):
-            effort = _effort_check(rng, store, rounds, checks, after_first, density, ladder,
-                                   round_settings, settings, bar)
+        effort = EffortCheck(level, [], None)
+        if _check_wanted(effort_check, layers, level):
+            effort = _effort_check(rng, store, rounds, checks, after_first, level, density,
+                                   ladder, round_settings, settings, bar)
     bar.close()
     sampled = time.perf_counter()
 
@@ -427,29 +435,107 @@ def _first_round(rng, store, rounds, density, n_groups, n_particles, ladder, rou
                            bar.update, partial=first, on_stage=save)]
 
 
-def _extra_groups(rng, store, rounds, model, density, backend, ladder, round_settings, settings,
-                  cores, first_seconds, bar) -> None:
-    """Run more groups on the first round's ladder until the SE reaches ``target_se`` (at most
-    ``max_groups``); ``rounds[1:]`` holds them afterwards."""
-    n_groups, target_se = settings["n_groups"], settings["target_se"]
-    estimate = stepping_stone(*round_increments(rounds[:1]))
-    if target_se is None or estimate.se <= target_se or n_groups >= settings["max_groups"]:
-        return
-    extra = _extra_groups_wanted(estimate.se, settings)
-    chunk_args = dict(n_particles=settings["n_particles"], ladder=ladder,
-                      tuning=[s.move for s in rounds[0].stages], round_settings=round_settings)
-    rounds[1:] = _run_chunks(
-        rng, store, rounds, model, density, backend, _chunk_sizes(extra, n_groups),
-        chunk_args, cores, first_seconds * extra / n_groups, bar,
+#: The largest variance of a group's log evidence the estimate pools (σ² in nats²). Log
+#: estimates are about normal with a variance ∝ 1 / particles (Bérard et al. 2014): above
+#: one, the mean of the groups' evidences rests on the few highest (Kish's effective number
+#: of groups is about G·exp(−σ²)), and it and its SE come out low together.
+_MAX_GROUP_LOG_VAR = 1.0
+
+
+def _sized_groups(rng, store, rounds, after_first, model, density, backend, ladder,
+                  round_settings, settings, cores, first_seconds, bar, messages) -> list:
+    """Groups on the first round's ladder and tuning, large enough that their log evidences
+    vary by at most ``_MAX_GROUP_LOG_VAR`` and as many as ``target_se`` asks for, within
+    ``max_groups × n_particles`` particles; returns the rounds of the last size, which the
+    estimate pools.
+
+    The groups' spread is judged on the first round and again after the extra groups: when
+    it is too wide, ``n_groups`` groups with enough more particles replace the level (a
+    power-of-two multiple, variance ∝ 1 / particles), and they are judged in turn.
+    ``rounds`` holds every round afterwards, the first then the extra chunks in the order
+    they ran; a checkpoint's chunks are reused in that order.
+    """
+    saved, rounds[1:] = list(rounds[1:]), []
+    n_particles, n_groups = settings["n_particles"], settings["n_groups"]
+    budget = settings["max_groups"] * n_particles
+    largest = n_particles * 2 ** int(np.floor(np.log2(settings["max_groups"] / n_groups)))
+    level, particles, extended, spreads = rounds[:1], n_particles, False, []
+    # The first round is cheap to replace and judged by its spread alone.
+    confidence = None
+    while True:
+        estimate = stepping_stone(*round_increments(level))
+        bigger = _group_particles(estimate.per_group, particles, largest, confidence)
+        confidence = _REPLACE_CONFIDENCE
+        if bigger > particles:
+            spreads.append((particles, estimate.per_group))
+            particles, extended, sizes = bigger, False, [n_groups]
+        elif not extended:
+            extended = True
+            sizes = _chunk_sizes(_extra_groups_wanted(estimate.se, len(estimate.per_group),
+                                                      budget // particles, settings),
+                                 n_groups)
+            if not sizes:
+                break
+        else:
+            break
+        chunk_args = dict(n_particles=particles, ladder=ladder,
+                          tuning=[s.move for s in rounds[0].stages],
+                          round_settings=round_settings)
+        expected = first_seconds * sum(sizes) * particles / (n_groups * n_particles)
+        chunks = _run_chunks(rng, store, rounds, saved[:len(sizes)], after_first, model,
+                             density, backend, sizes, chunk_args, cores, expected, bar)
+        saved = saved[len(sizes):]
+        rounds.extend(chunks)
+        level = (level if extended else []) + chunks
+    if spreads:
+        _warn_on_group_size(messages, spreads, particles)
+    return level
+
+
+def _group_particles(per_group: np.ndarray, particles: int, largest: int,
+                     confidence: float | None) -> int:
+    """Particles per group for which groups like these (of ``particles`` each) would have
+    log evidences of variance at most ``_MAX_GROUP_LOG_VAR``: ``particles`` doubled as often
+    as that takes, at most ``largest``. With a ``confidence``, only when the variance exceeds
+    that at this level of confidence (chi-square on the groups' sample variance): replacing
+    groups that already ran discards them, which only a clear excess should."""
+    finite = per_group[np.isfinite(per_group)]
+    if finite.size < 2:
+        return particles
+    variance = float(np.var(finite, ddof=1))
+    lower = variance
+    if confidence is not None:
+        lower = variance * (finite.size - 1) / chi2.ppf(confidence, finite.size - 1)
+    if lower <= _MAX_GROUP_LOG_VAR:
+        return particles
+    doublings = int(np.ceil(np.log2(variance / _MAX_GROUP_LOG_VAR)))
+    return max(particles, min(particles * 2**doublings, largest))
+
+
+#: The confidence with which groups after the first round must be too wide to be replaced.
+_REPLACE_CONFIDENCE = 0.9
+
+
+def _extra_groups_wanted(se: float, groups: int, most: int, settings) -> int:
+    """Groups to add to ``groups`` for an SE of ``se`` to reach ``target_se`` (SE ∝
+    1/√groups, with 10 % to spare), at most ``most`` in all."""
+    target_se = settings["target_se"]
+    if target_se is None or se <= target_se or groups >= most:
+        return 0
+    wanted = int(np.ceil(groups * (se / target_se) ** 2 * 1.1))
+    return min(wanted, most) - groups
+
+
+def _warn_on_group_size(messages, spreads, particles: int) -> None:
+    steps = ", ".join(f"{np.std(per_group, ddof=1):.2f} nats with {size}"
+                      for size, per_group in spreads)
+    warn(
+        messages,
+        f"the groups' log evidences spread by {steps} particles per group: groups that "
+        "small give an average that rests on the few highest, low and with too small an SE. "
+        f"The estimate uses groups of {particles} particles; start from "
+        f"n_particles={particles} next time.",
     )
-
-
-def _extra_groups_wanted(se: float, settings) -> int:
-    """Groups to add to the first ``n_groups`` for an SE of ``se`` to reach ``target_se``
-    (SE ∝ 1/√groups, with 10 % to spare), within ``max_groups``."""
-    n_groups = settings["n_groups"]
-    wanted = int(np.ceil(n_groups * (se / settings["target_se"]) ** 2 * 1.1))
-    return min(wanted, settings["max_groups"]) - n_groups
 
 
 class EffortCheck(NamedTuple):
@@ -496,38 +582,41 @@ def _settled(previous, current) -> bool:
     return bool(-_MOVE_DOWN * combined <= move <= _MOVE_UP * combined)
 
 
-def _effort_check(rng, store, rounds, checks, after_first, density, ladder, round_settings,
-                  settings, bar) -> EffortCheck:
-    """Double the particles per group (``n_groups`` groups each time, the first round's
-    ladder and tuning) until two levels' estimates agree or the budget ends.
+def _effort_check(rng, store, rounds, checks, after_first, level, density, ladder,
+                  round_settings, settings, bar) -> EffortCheck:
+    """Double the particles per group of ``level`` (``n_groups`` groups each time, the first
+    round's ladder and tuning) until two levels' estimates agree or the budget
+    ``n_groups × particles ≤ max_groups × n_particles`` ends.
 
     ``checks`` holds the levels a checkpoint kept; each level is saved when finished, with the
     generator state ``after_first`` from which a resumed run redraws the same seeds.
     """
-    n_groups, n_particles = settings["n_groups"], settings["n_particles"]
-    budget = int(np.floor(np.log2(settings["max_groups"] / n_groups)))
+    n_groups = settings["n_groups"]
+    particles = level[0].final_log_weights.shape[1]
+    budget = int(np.floor(np.log2(settings["max_groups"] * settings["n_particles"]
+                                  / (n_groups * particles))))
     if budget < 1:
-        return EffortCheck(rounds, [], None)
+        return EffortCheck(level, [], None)
     tuning = [s.move for s in rounds[0].stages]
-    previous_rounds = list(rounds)
+    previous_rounds = list(level)
     previous = stepping_stone(*round_increments(previous_rounds))
-    levels = [(n_particles, previous)]
+    levels = [(particles, previous)]
     move = None
     for k in range(1, budget + 1):
         seed = rng.integers(2**63)
-        particles = n_particles * 2**k
-        if k > len(checks):
-            bar.new_round(f"effort check, {particles} particles")
-            checks.append(run_round(np.random.default_rng(seed), density, n_groups, particles,
-                                    ladder, tuning, round_settings, bar.update))
+        doubled = particles * 2**k
+        if k > len(checks) or checks[k - 1].final_log_weights.shape[1] != doubled:
+            bar.new_round(f"effort check, {doubled} particles")
+            checks[k - 1:] = [run_round(np.random.default_rng(seed), density, n_groups,
+                                        doubled, ladder, tuning, round_settings, bar.update)]
             _save(store, rng, rounds, checks, rng_state=after_first)
-        level = [checks[k - 1]]
-        current = stepping_stone(*round_increments(level))
-        levels.append((particles, current))
+        current_level = [checks[k - 1]]
+        current = stepping_stone(*round_increments(current_level))
+        levels.append((doubled, current))
         move = current.log_evidence - previous.log_evidence
         if _settled(previous, current):
-            return EffortCheck(previous_rounds + level, levels, None)
-        previous_rounds, previous = level, current
+            return EffortCheck(previous_rounds + current_level, levels, None)
+        previous_rounds, previous = current_level, current
     return EffortCheck(previous_rounds, levels, move)
 
 
@@ -717,7 +806,7 @@ def _more_groups_from_mode(rng, reached, ladder, settings, progressbar, chunks,
     if (target_se is None or se <= target_se or reached.unsettled is not None
             or reached.last_rise >= target_se):
         return []
-    extra = _extra_groups_wanted(se, settings)
+    extra = _extra_groups_wanted(se, n_groups, settings["max_groups"], settings)
     tuning = [stage.move for stage in reached.last_round.stages]
     bar = TemperingBar(progressbar)
     with one_blas_thread():
@@ -780,32 +869,35 @@ def _ignore(*args) -> None:
     return None
 
 
-def _run_chunks(rng, store, rounds, model, density, backend, sizes, args, cores, expected, bar):
-    """The extra groups, as independent chunks of their own seeds; returns them in order.
+def _run_chunks(rng, store, rounds, saved, after_first, model, density, backend, sizes, args,
+                cores, expected, bar):
+    """Extra groups, as independent chunks of their own seeds; returns them in order.
 
-    The seeds are drawn from ``rng`` as the first round left it, and that state is what the
-    checkpoint keeps with the finished chunks: a resumed run draws the same seeds, skips the
-    chunks it has and reruns only the others (a chunk is saved when it is finished).
+    The seeds are drawn from ``rng``; the checkpoint keeps the chunks after ``rounds`` with
+    the generator state ``after_first`` (as the first round left it), from which a resumed
+    run draws the same seeds. It reuses the finished chunks of ``saved`` (a checkpoint's,
+    in the same order) and reruns only the others (a chunk is saved when it is finished).
     """
-    resume_rng = copy.deepcopy(rng)
     seeds = rng.integers(2**63, size=len(sizes))
-    saved = (list(rounds[1:]) + [None] * len(sizes))[: len(sizes)]
+    saved = (list(saved) + [None] * len(sizes))[: len(sizes)]
+    shape = [(size, args["n_particles"]) for size in sizes]
     chunks = [
         chunk if chunk is not None and chunk.stages and chunk.stages[-1].lam == 1.0
-        and chunk.final_log_weights.shape[0] == size else None
-        for chunk, size in zip(saved, sizes)
+        and chunk.final_log_weights.shape == expected_shape else None
+        for chunk, expected_shape in zip(saved, shape)
     ]
 
     def finished(index, chunk):
         chunks[index] = chunk
-        _save(store, resume_rng, [rounds[0], *chunks])
+        _save(store, rng, [*rounds, *chunks], rng_state=after_first)
 
     todo = [i for i, chunk in enumerate(chunks) if chunk is None]
+    first_number = len(rounds) + 1
     fork = fork_is_safe()
     workers = n_workers(cores, expected, len(todo), fork)
     if workers <= 1:
         for i in todo:
-            bar.new_round(i + 2)
+            bar.new_round(first_number + i)
             chunk = run_round(np.random.default_rng(seeds[i]), density, sizes[i],
                               progress=bar.update, **args)
             finished(i, chunk)
@@ -813,7 +905,7 @@ def _run_chunks(rng, store, rounds, model, density, backend, sizes, args, cores,
 
     def collected(index, chunk):
         finished(index, chunk)
-        bar.new_round(index + 2)
+        bar.new_round(first_number + index)
         bar.update(1.0, chunk.stages)
 
     with shut_down_after(density_pool(model, backend, workers, fork)) as pool:
@@ -952,8 +1044,9 @@ def _warn_on_soft_problems(messages, ss, ti, log_ratio_var, rounds, target_se, n
             messages,
             f"independent groups disagree beyond their within-group errors (group estimates "
             f"span {np.ptp(ss.per_group):.2f} nats): the posterior likely has modes the "
-            "tempered populations do not cross between. The SE includes the spread; run more "
-            "groups (larger target_se budget, max_groups) or longer moves (max_transitions).",
+            "tempered populations do not cross between. The SE includes the spread; larger "
+            "groups (n_particles) hold the modes in better proportion, and longer moves "
+            "(max_transitions) cross between them more often.",
         )
     if np.isfinite(ti.log_evidence) and abs(ss.log_evidence - ti.log_evidence) > 3 * np.hypot(
         ss.se, ti.se
