@@ -132,7 +132,7 @@ def thermodynamic(
     n_particles : int, default 256
         Particles per group. When the groups' log evidences vary by more than a nat²
         (judged on the first round, and again after the extra groups), groups with enough
-        more particles to bring the variance to one, which falls as 1 / particles, replace
+        more particles to bring the variance to a half, which falls as 1 / particles, replace
         them (a power-of-two multiple, within ``max_groups × n_particles`` particles), with a
         warning: groups that spread wider give an average that rests on the few highest, and
         that average and its SE come out low together (on the robot-arm MLP with four hidden
@@ -440,6 +440,9 @@ def _first_round(rng, store, rounds, density, n_groups, n_particles, ladder, rou
 #: one, the mean of the groups' evidences rests on the few highest (Kish's effective number
 #: of groups is about G·exp(−σ²)), and it and its SE come out low together.
 _MAX_GROUP_LOG_VAR = 1.0
+#: The variance that replacing groups aims at: half the largest, so that the larger groups,
+#: whose spread is again estimated from a few of them, are seldom replaced in turn.
+_AIMED_GROUP_LOG_VAR = 0.5
 
 
 def _sized_groups(rng, store, rounds, after_first, model, density, backend, ladder,
@@ -494,9 +497,9 @@ def _sized_groups(rng, store, rounds, after_first, model, density, backend, ladd
 
 def _group_particles(per_group: np.ndarray, particles: int, largest: int,
                      confidence: float | None) -> int:
-    """Particles per group for which groups like these (of ``particles`` each) would have
-    log evidences of variance at most ``_MAX_GROUP_LOG_VAR``: ``particles`` doubled as often
-    as that takes, at most ``largest``. With a ``confidence``, only when the variance exceeds
+    """Particles per group for groups like these (of ``particles`` each): unchanged while
+    their log evidences vary by at most ``_MAX_GROUP_LOG_VAR``, else ``particles`` doubled as
+    often as it takes to bring the variance to ``_AIMED_GROUP_LOG_VAR``, at most ``largest``. With a ``confidence``, only when the variance exceeds
     that at this level of confidence (chi-square on the groups' sample variance): replacing
     groups that already ran discards them, which only a clear excess should."""
     finite = per_group[np.isfinite(per_group)]
@@ -508,7 +511,7 @@ def _group_particles(per_group: np.ndarray, particles: int, largest: int,
         lower = variance * (finite.size - 1) / chi2.ppf(confidence, finite.size - 1)
     if lower <= _MAX_GROUP_LOG_VAR:
         return particles
-    doublings = int(np.ceil(np.log2(variance / _MAX_GROUP_LOG_VAR)))
+    doublings = int(np.ceil(np.log2(variance / _AIMED_GROUP_LOG_VAR)))
     return max(particles, min(particles * 2**doublings, largest))
 
 
