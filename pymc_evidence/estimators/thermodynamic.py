@@ -499,9 +499,10 @@ def _group_particles(per_group: np.ndarray, particles: int, largest: int,
                      confidence: float | None) -> int:
     """Particles per group for groups like these (of ``particles`` each): unchanged while
     their log evidences vary by at most ``_MAX_GROUP_LOG_VAR``, else ``particles`` doubled as
-    often as it takes to bring the variance to ``_AIMED_GROUP_LOG_VAR``, at most ``largest``. With a ``confidence``, only when the variance exceeds
-    that at this level of confidence (chi-square on the groups' sample variance): replacing
-    groups that already ran discards them, which only a clear excess should."""
+    often as it takes to bring the variance to ``_AIMED_GROUP_LOG_VAR``, at most ``largest``.
+    With a ``confidence``, only when the variance exceeds the largest at this level of
+    confidence (chi-square on the groups' sample variance): replacing groups that already
+    ran discards them, which only a clear excess should."""
     finite = per_group[np.isfinite(per_group)]
     if finite.size < 2:
         return particles
@@ -530,7 +531,7 @@ def _extra_groups_wanted(se: float, groups: int, most: int, settings) -> int:
 
 
 def _warn_on_group_size(messages, spreads, particles: int) -> None:
-    steps = ", ".join(f"{np.std(per_group, ddof=1):.2f} nats with {size}"
+    steps = ", ".join(f"{np.std(per_group[np.isfinite(per_group)], ddof=1):.2f} nats with {size}"
                       for size, per_group in spreads)
     warn(
         messages,
