@@ -505,3 +505,14 @@ def test_the_group_size_predicted_from_the_groups_spread():
     few *= np.sqrt(1.2) / np.std(few, ddof=1)
     assert _group_particles(few, 1024, 8192, 0.9) == 1024
     assert _group_particles(few, 1024, 8192, None) == 4096
+
+
+def test_extra_groups_wanted_for_an_se_that_is_infinite():
+    """Fewer than two groups with a finite estimate give an infinite SE: every group the budget
+    allows, not an overflow."""
+    from pymc_evidence.estimators.thermodynamic import _extra_groups_wanted
+
+    settings = dict(target_se=0.1)
+    assert _extra_groups_wanted(np.inf, 4, 32, settings) == 28
+    assert _extra_groups_wanted(0.2, 4, 32, settings) == 14  # 4 × 2² × 1.1 → 18 in all
+    assert _extra_groups_wanted(0.05, 4, 32, settings) == 0

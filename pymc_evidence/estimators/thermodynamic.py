@@ -526,8 +526,9 @@ def _extra_groups_wanted(se: float, groups: int, most: int, settings) -> int:
     target_se = settings["target_se"]
     if target_se is None or se <= target_se or groups >= most:
         return 0
-    wanted = int(np.ceil(groups * (se / target_se) ** 2 * 1.1))
-    return min(wanted, most) - groups
+    # An infinite SE (fewer than two groups with a finite estimate) wants every group.
+    wanted = groups * (se / target_se) ** 2 * 1.1
+    return int(min(np.ceil(wanted), most)) - groups
 
 
 def _warn_on_group_size(messages, spreads, particles: int) -> None:
