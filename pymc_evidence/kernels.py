@@ -288,9 +288,9 @@ class MutationStats(NamedTuple):
 
 def _correlation(start: np.ndarray, now: np.ndarray) -> float:
     """Mean absolute correlation across chains between columns of ``start`` and ``now``."""
-    a = start - start.mean(axis=0)
-    b = now - now.mean(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):  # columns with −inf give NaN, dropped
+        a = start - start.mean(axis=0)
+        b = now - now.mean(axis=0)
         corr = np.sum(a * b, axis=0) / np.sqrt(np.sum(a**2, axis=0) * np.sum(b**2, axis=0))
     corr = np.abs(corr[np.isfinite(corr)])
     return float(np.mean(corr)) if corr.size else 0.0

@@ -176,9 +176,10 @@ def test_nan_likelihood_at_prior_draws_is_reported_before_sampling():
         pm_evidence.thermodynamic(model, progressbar=False)
 
 
-def test_pathological_model_warns():
-    # the data are possible only in a small box: zero likelihood on ~99.8 % of the prior, so most
-    # groups start with one particle of positive weight or none
+@pytest.fixture(scope="module")
+def box_model():
+    """Data possible only in a small box: zero likelihood on ~99.8 % of the prior, so most
+    groups start with one particle of positive weight or none. Returns (model, exact log Z)."""
     import pymc as pm
     import pytensor.tensor as pt
     from scipy.stats import norm
@@ -186,12 +187,31 @@ def test_pathological_model_warns():
     with pm.Model() as model:
         theta = pm.Normal("theta", 0.0, 1.0, shape=2)
         pm.Potential("box", pt.switch(pt.all(pt.abs(theta - 1.0) < 0.1), 0.0, -np.inf))
-    exact = 2 * np.log(norm.cdf(1.1) - norm.cdf(0.9))
+    return model, 2 * np.log(norm.cdf(1.1) - norm.cdf(0.9))
+
+
+def test_pathological_model_warns(box_model):
+    model, exact = box_model
     with pytest.warns(pm_evidence.EvidenceWarning, match="ESS collapsed"):
         result = pm_evidence.thermodynamic(model, random_seed=0, progressbar=False, target_se=None)
     assert result.warning
     assert np.isfinite(result.log_evidence)
     assert abs(result.log_evidence - exact) <= 3 * result.se
+
+
+def test_extra_groups_without_a_live_particle_count_as_dead_groups(box_model):
+    # with this seed a later chunk of 4 × 256 prior draws misses the box entirely: its groups
+    # estimate Z = 0, as dead groups of the first round do, instead of the chunk calling the
+    # data impossible after the first round proved them possible
+    model, exact = box_model
+    with pytest.warns(pm_evidence.EvidenceWarning, match="14 of 32 groups have a non-finite"):
+        result = pm_evidence.thermodynamic(model, random_seed=1, progressbar=False)
+    assert np.isfinite(result.log_evidence)
+    assert abs(result.log_evidence - exact) <= 3 * result.se
+    # the posterior draws come from the 18 live groups only, all inside the box
+    theta = np.asarray(result.posterior["theta"])
+    assert theta.shape == (18, 256, 2)
+    assert np.all(np.abs(theta - 1.0) < 0.1)
 
 
 def test_coarse_ladder_warns_of_collapsed_ess(regression5):

@@ -65,11 +65,13 @@ class Round(NamedTuple):
 
 
 def _weighted_moments(values: np.ndarray, log_weights: np.ndarray):
-    """Per-group weighted mean and variance, ignoring particles of zero weight."""
+    """Per-group weighted mean and variance, ignoring particles of zero weight (a group with
+    a weighted value of −inf has mean −inf and variance NaN)."""
     weights = np.exp(log_weights)
     safe = np.where(weights > 0, values, 0.0)
     mean = np.sum(weights * safe, axis=1)
-    var = np.sum(weights * (safe - mean[:, None]) ** 2, axis=1)
+    with np.errstate(invalid="ignore"):
+        var = np.sum(weights * (safe - mean[:, None]) ** 2, axis=1)
     return mean, var
 
 
@@ -168,7 +170,10 @@ def run_round(
     G, n = n_groups, n_particles
     if partial is None:
         state = kernels.init(density, density.prior_draws(rng, G * n))
-        check_prior_draws(density, state.position, state.log_prior, state.log_likelihood)
+        if tuning is None:
+            # Later rounds run on a density the first round checked; their groups that draw
+            # no particle of positive likelihood are dead groups, not an impossible model.
+            check_prior_draws(density, state.position, state.log_prior, state.log_likelihood)
         log_weights = np.full((G, n), -np.log(n))
         prior_mean_ll, prior_var_ll = _weighted_moments(
             state.log_likelihood.reshape(G, n), log_weights
@@ -213,6 +218,8 @@ def run_round(
             state = _take(state, index)
 
         weights = np.exp(log_weights.ravel())
+        if not weights.any():  # every group dead (Z = 0): any metric serves the moves left
+            weights = np.ones_like(weights)
         support, layers = None, round_settings["layers"]
         if layers:
             reference = state.position[np.argmax(weights)]
@@ -266,12 +273,20 @@ def _rhat(values: np.ndarray) -> float:
 
 
 def final_draws(rng, density, rounds, n_particles):
-    """Particles at λ = 1, resampled to equal weights, as (chain=group, draw) arrays."""
+    """Particles at λ = 1, resampled to equal weights, as (chain=group, draw) arrays.
+
+    Dead groups (every particle of zero likelihood at some stage, Ẑ_g = 0) hold no draw of
+    the posterior and are left out, unless every group is dead.
+    """
     positions, log_lik, log_prior = [], [], []
-    for r in rounds:
-        G = r.final_log_weights.shape[0]
+    live = [np.flatnonzero(np.isfinite(r.final_log_weights).any(axis=1)) for r in rounds]
+    if not any(groups.size for groups in live):
+        live = [np.arange(r.final_log_weights.shape[0]) for r in rounds]
+    for r, groups in zip(rounds, live):
+        if not groups.size:
+            continue
         index = np.concatenate(
-            [g * n_particles + _systematic_resample(rng, r.final_log_weights[g]) for g in range(G)]
+            [g * n_particles + _systematic_resample(rng, r.final_log_weights[g]) for g in groups]
         )
         positions.append(r.final_state.position[index])
         log_lik.append(r.final_state.log_likelihood[index])

@@ -570,7 +570,9 @@ def _groups_disagree(ss, log_ratio_var) -> bool:
     """
     G = ss.per_group.size
     within_var = log_ratio_var.sum(axis=1)
-    spread = np.sum((ss.per_group - np.mean(ss.per_group)) ** 2 / np.maximum(within_var, 1e-300))
+    with np.errstate(invalid="ignore"):  # a dead group (log Ẑ = −inf) leaves no verdict (NaN)
+        spread = np.sum((ss.per_group - np.mean(ss.per_group)) ** 2
+                        / np.maximum(within_var, 1e-300))
     return bool(G > 1 and chi2.sf(spread, G - 1) < 1e-3 and ss.se_between > 2 * ss.se_within)
 
 
@@ -951,13 +953,15 @@ def _diagnostics(rounds: list, log_ratio, log_ratio_var) -> pd.DataFrame:
         weight /= weight.sum()
         mean_ll = np.concatenate([s.mean_ll for s in per_round])
         var_ll = np.concatenate([s.var_ll for s in per_round])
+        rhat = np.array([s.rhat for s in per_round])
+        rhat = rhat[np.isfinite(rhat)]  # NaN where a round has too few live groups
         rows.append(
             {
                 "lambda": stage.lam,
                 "log_ratio": pooled[k],
                 "log_ratio_se": pooled_se[k],
                 "ess": float(np.dot(weight, [s.ess for s in per_round])),
-                "rhat": float(np.nanmax([s.rhat for s in per_round])),
+                "rhat": float(rhat.max()) if rhat.size else np.nan,
                 "acceptance": float(np.dot(weight, [s.move.acceptance for s in per_round])),
                 "step_size": float(np.dot(weight, [s.move.step_size for s in per_round])),
                 "n_leapfrog": int(max(s.move.n_leapfrog for s in per_round)),
