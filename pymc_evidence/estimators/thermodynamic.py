@@ -136,7 +136,7 @@ def thermodynamic(
         them (a power-of-two multiple, within ``max_groups × n_particles`` particles), with a
         warning: groups that spread wider give an average that rests on the few highest, and
         that average and its SE come out low together (on the robot-arm MLP with four hidden
-        units, 3.3 SE low with groups of 256).
+        units, one fit of five 3.1 SE low with groups of 256).
     n_groups : int, default 4
         Independent groups in the first round (each is its own SMC population).
     max_groups : int, default 32
