@@ -358,7 +358,7 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "sampling, two estimates of 400,000 draws from a symmetrised t mixture fitted to "
         "posterior draws (`benchmarks/_importance.py`), which shares nothing with the fits; "
         "'others' gives how far long chaining (4 groups of 2048 particles at the defaults' "
-        "ladder, the layers given, two seeds) and nested sampling (the layers given; four runs "
+        "ladder, the layers given, two seeds; four at the robot arm's h = 4) and nested sampling (the layers given; four runs "
         "at its defaults and, where run, two with 8 times the live points) sit from it, in "
         "their combined SE. Elsewhere those two, each pooled (nested: mean log Z; chaining: log "
         "of the mean Z, as the estimator pools groups, since the mean log Z runs low when a "
