@@ -52,10 +52,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.special import logsumexp
 
 import pymc_evidence as pm_evidence
 from pymc_evidence import MLPLayer
+from pymc_evidence.estimators._stepping_stone import stepping_stone
 from pymc_evidence.testing import ROBOT_ARM_LAYER, liang_data, liang_mlp, robot_arm_mlp
 
 from _importance import N_DRAWS, importance_log_evidence  # this directory: first on sys.path
@@ -249,17 +249,15 @@ def pooled(runs: pd.DataFrame) -> tuple[float, float]:
 
 
 def pooled_evidence(runs: pd.DataFrame) -> tuple[float, float]:
-    """Log of the mean evidence of independent chaining fits of equally many groups (what
-    ``thermodynamic`` gives when it pools all their groups) and its SE: the larger of the
-    delta-method spread of their evidences and their own errors, each weighted by its share
-    of the sum. The mean log Z runs low when the fits' errors have a heavy upper tail (a rare
-    group that finds better modes), as on the robot arm with h = 4."""
-    log_z, se = runs["log_z"].to_numpy(), runs["se"].to_numpy()
-    count = len(log_z)
-    share = np.exp(log_z - logsumexp(log_z))
-    spread = float(np.std(count * share, ddof=1) / np.sqrt(count)) if count > 1 else 0.0
-    return float(logsumexp(log_z) - np.log(count)), max(spread, float(np.sqrt(np.sum(
-        share**2 * se**2))))
+    """Log of the mean evidence of independent chaining fits of equally many groups, and its
+    SE: the fits pooled as ``thermodynamic`` pools its groups (each fit's SE as its
+    within-group error). The mean log Z runs low when the fits' errors have a heavy upper
+    tail (a rare group that finds better modes), as on the robot arm with h = 4."""
+    if len(runs) == 1:  # a spread needs two fits; one gives its own estimate
+        return float(runs["log_z"].iloc[0]), float(runs["se"].iloc[0])
+    estimate = stepping_stone(runs["log_z"].to_numpy()[:, None],
+                              runs["se"].to_numpy()[:, None] ** 2)
+    return estimate.log_evidence, estimate.se
 
 
 def reference(rows: pd.DataFrame):

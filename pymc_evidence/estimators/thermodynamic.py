@@ -531,8 +531,14 @@ def _extra_groups_wanted(se: float, groups: int, most: int, settings) -> int:
     return int(min(np.ceil(wanted), most)) - groups
 
 
+def _group_log_sd(per_group: np.ndarray) -> float:
+    """SD of the groups' finite log evidences; NaN with fewer than two."""
+    finite = per_group[np.isfinite(per_group)]
+    return float(np.std(finite, ddof=1)) if finite.size > 1 else np.nan
+
+
 def _warn_on_group_size(messages, spreads, particles: int) -> None:
-    steps = ", ".join(f"{np.std(per_group[np.isfinite(per_group)], ddof=1):.2f} nats with {size}"
+    steps = ", ".join(f"{_group_log_sd(per_group):.2f} nats with {size}"
                       for size, per_group in spreads)
     warn(
         messages,
@@ -675,8 +681,7 @@ def _result(rng, model, density, rounds, effort, ladder, settings, timing, start
         ti_se=ti.se,
         se_within=ss.se_within,
         se_between=ss.se_between,
-        group_log_sd=float(np.std(ss.per_group[np.isfinite(ss.per_group)], ddof=1))
-        if groups > 1 else np.nan,
+        group_log_sd=_group_log_sd(ss.per_group),
         n_stages=len(ladder) - 1,
         n_groups=groups,
         effort_particles=tuple(particles for particles, _ in effort.levels),
