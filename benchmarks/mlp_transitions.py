@@ -62,7 +62,8 @@ def run(h: int, setting: str, max_transitions: int, particles: int, groups: int,
                 cores=1, checkpoint=checkpoint, **SETTINGS[setting])
         seconds = time.perf_counter() - start
         # The groups' own estimates are not in the result; the checkpoint keeps each stage.
-        stages = pickle.load(open(checkpoint, "rb"))["state"]["rounds"][0].stages
+        with open(checkpoint, "rb") as file:
+            stages = pickle.load(file)["state"]["rounds"][0].stages
     per_group = np.sum([stage.log_ratio for stage in stages], axis=0)
     lam = np.array([stage.lam for stage in stages])
     transitions = np.array([stage.move.n_transitions for stage in stages])

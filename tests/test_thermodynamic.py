@@ -208,6 +208,8 @@ def test_extra_groups_without_a_live_particle_count_as_dead_groups(box_model):
         result = pm_evidence.thermodynamic(model, random_seed=1, progressbar=False)
     assert np.isfinite(result.log_evidence)
     assert abs(result.log_evidence - exact) <= 3 * result.se
+    # the groups' spread is that of the 18 live groups, not NaN from the dead ones
+    assert 0 < result.group_log_sd < 1
     # the posterior draws come from the 18 live groups only, all inside the box
     theta = np.asarray(result.posterior["theta"])
     assert theta.shape == (18, 256, 2)
