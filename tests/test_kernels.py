@@ -112,6 +112,10 @@ def test_chains_held_in_separate_modes_stop_the_moves_unless_the_rule_is_off():
     # decorrelation=0 switches the whole rule off: no stop, and the next stage gets the most.
     assert move(decorrelation=0.0, n_transitions=15).suggested_transitions == 20
     assert move(decorrelation=0.0).n_transitions == 20
+    # stall_rule=False drops only the stall test: held chains move to max_transitions, and
+    # the next stage gets 50 % more than this one made.
+    assert move(decorrelation=0.2, stall_rule=False).n_transitions == 20
+    assert move(decorrelation=0.2, stall_rule=False, n_transitions=4).suggested_transitions == 6
 
 
 def _dense_metric(cov):

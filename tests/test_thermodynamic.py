@@ -422,17 +422,18 @@ def test_integration_keeps_resolved_integrands_and_rejects_unresolved_ones():
 
 
 def test_an_mlps_layers_are_recognised_and_used_unless_declined():
-    """With its layers the MLP also gets the finer adaptive ladder (target_cess="auto")."""
+    """With its layers the MLP also gets the finer adaptive ladder (target_cess="auto") and
+    moves without the stall test."""
     model = testing.robot_arm_mlp(1)
     options = dict(ladder=[0.0, 1.0], n_particles=16, n_groups=2, max_groups=2, target_se=None,
                    mode_search=False, random_seed=0, progressbar=False)
     res = pm_evidence.thermodynamic(model, **options)
     assert res.settings["mlp_layers"] == [vars(testing.ROBOT_ARM_LAYER)]
-    assert res.settings["target_cess"] == 0.95
+    assert res.settings["target_cess"] == 0.95 and res.settings["stall_rule"] is False
     assert res.effort_particles == ()  # max_groups = n_groups leaves no budget to double
     declined = pm_evidence.thermodynamic(model, mlp_layers=None, **options)
     assert declined.settings["mlp_layers"] is None
-    assert declined.settings["target_cess"] == 0.8
+    assert declined.settings["target_cess"] == 0.8 and declined.settings["stall_rule"] is True
     chosen = pm_evidence.thermodynamic(model, target_cess=0.9, **options)
     assert chosen.settings["target_cess"] == 0.9
 

@@ -153,7 +153,13 @@ def thermodynamic(
     resample_threshold : float, default 0.5
         A group is resampled (systematic) when its ESS falls below this fraction.
     target_accept, trajectory_length, max_leapfrog, decorrelation, max_transitions
-        HMC moves at each rung (see :func:`pymc_evidence.kernels.mutate`).
+        HMC moves at each rung (see :func:`pymc_evidence.kernels.mutate`). When MLP layers
+        are aligned (``mlp_layers``), a rung's moves stop only once the population has
+        decorrelated or after ``max_transitions``, without the stall test
+        (``settings["stall_rule"]``): aligned MLP particles decorrelate slowly, and the stall
+        test cut their moves short (on the robot-arm MLP with four hidden units, 3–5
+        transitions per rung past the phase transition instead of 20, and estimates 4.5 nats
+        lower, in 0.4 of the time).
     mass_matrix : {"auto", "dense", "diag"}, default "auto"
         Inverse mass matrix estimated from the weighted population at each rung: the dense
         covariance (handles correlated posteriors) or its diagonal. "auto" is dense up to
@@ -324,6 +330,7 @@ def thermodynamic(
     compiled = time.perf_counter()
     if settings["target_cess"] == "auto":
         settings["target_cess"] = MLP_TARGET_CESS if layers else DEFAULT_TARGET_CESS
+    settings["stall_rule"] = not layers
     round_settings = _round_settings(settings, density, layers)
     settings["mlp_layers"] = [vars(layer) for layer in layers] or None
     messages: list[str] = []
@@ -395,7 +402,7 @@ def _round_settings(settings, density, layers) -> dict:
         resample_threshold=settings["resample_threshold"],
         kernel={name: settings[name] for name in (
             "target_accept", "trajectory_length", "max_leapfrog", "decorrelation",
-            "max_transitions")},
+            "stall_rule", "max_transitions")},
         layers=sampling_layers(density, layers),
         dense_mass=mass_matrix == "dense" or (
             mass_matrix == "auto" and density.dim <= DENSE_METRIC_MAX_DIM),
