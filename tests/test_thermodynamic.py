@@ -52,6 +52,17 @@ def test_correlated_gaussian_100d():
     assert_close_to_exact(result, exact, cap=1.0)
 
 
+def test_moves_that_leave_the_population_correlated_are_warned_about():
+    # Two separated modes that HMC does not cross: each chain keeps its mode, so after the 2
+    # transitions of every stage the population is still correlated with its start (0.87).
+    # The exact-evidence tests check that fits whose moves decorrelate stay silent.
+    model, _ = testing.gaussian_mixture_potential()
+    result = pm_evidence.thermodynamic(model, n_particles=64, target_se=None, max_transitions=2,
+                                       decorrelation=0.0, random_seed=3, progressbar=False)
+    assert (result.diagnostics["n_transitions"] == 2).all()
+    assert any("still correlated with its start (median 0.87" in w for w in result.warnings)
+
+
 def test_same_seed_same_result(regression5):
     model, _ = regression5
     a = pm_evidence.thermodynamic(model, random_seed=3, progressbar=False, target_se=None)

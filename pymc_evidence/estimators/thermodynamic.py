@@ -159,7 +159,9 @@ def thermodynamic(
         (``settings["stall_rule"]``): aligned MLP particles decorrelate slowly, and the stall
         test cut their moves short (on the robot-arm MLP with four hidden units, 3–5
         transitions per rung past the phase transition instead of 20, and estimates 4.5 nats
-        lower, in 0.4 of the time).
+        lower, in 0.4 of the time). When the rungs at λ > 0.5 all ran ``max_transitions`` and
+        left the population correlated with its start (median above 0.75), a warning says
+        that the moves are too short for the estimate to be trusted.
     mass_matrix : {"auto", "dense", "diag"}, default "auto"
         Inverse mass matrix estimated from the weighted population at each rung: the dense
         covariance (handles correlated posteriors) or its diagonal. "auto" is dense up to
@@ -258,7 +260,8 @@ def thermodynamic(
         When independent groups disagree beyond their within-group errors (a sign of modes the
         populations do not cross between), when stepping-stone and thermodynamic integration
         disagree beyond their errors, on divergent trajectories, when ``target_se`` was not
-        reached, when the effort check saw the estimate move as the particles doubled, or
+        reached, when the moves left the population correlated with its start, when the
+        effort check saw the estimate move as the particles doubled, or
         when the mode search found a mode the particles never reached (and the estimate was
         taken from tempering that starts there, or its SE widened).
 
@@ -654,6 +657,7 @@ def _result(rng, model, density, rounds, effort, ladder, settings, timing, start
     ti = round_integration(pooled, ladder, smallest)
     _warn_on_soft_problems(messages, ss, ti, log_ratio_var, pooled, settings["target_se"],
                            pooled[0].final_log_weights.shape[1])
+    _warn_on_short_moves(messages, rounds[0], settings["max_transitions"])
     se = _warn_on_effort(messages, effort, ss.se, _lower_share(effort, ss.per_group))
     # Draws come from the groups with the most particles (the last level pooled).
     particles = pooled[-1].final_log_weights.shape[1]
@@ -1036,6 +1040,32 @@ def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float
                                   float(np.hypot(lower.se, upper.se)), lower_share)
         return float(np.hypot(se, bias))
     return se
+
+
+#: The population's correlation with its start after ``max_transitions`` (median over the
+#: stages at λ > 0.5) above which its moves are too short to trust the estimate. At the
+#: defaults it is 0.33–0.40 on Liang's MLPs and 0.64 and 0.62 on the robot-arm MLP with h = 1
+#: and 2, all calibrated; 0.92 at h = 4, where 40 transitions per stage put the groups'
+#: median 1.3 nats above 20 (benchmarks/results/mlp_transitions.md).
+_SHORT_MOVES_CORRELATION = 0.75
+
+
+def _warn_on_short_moves(messages, first_round: Round, max_transitions: int) -> None:
+    """Warn when the late stages' moves ran ``max_transitions`` and left the population still
+    correlated with its start: its chains move slowly, or sit in separate modes, and each group
+    holds its particles' start too long for its estimate to reach the typical one."""
+    late = [stage.move for stage in first_round.stages if stage.lam > 0.5]
+    if not late or any(move.n_transitions < max_transitions for move in late):
+        return
+    correlation = float(np.median([move.correlation for move in late]))
+    if correlation > _SHORT_MOVES_CORRELATION:
+        warn(
+            messages,
+            f"after max_transitions={max_transitions} HMC transitions per stage the population "
+            f"was still correlated with its start (median {correlation:.2f} over the stages at "
+            "λ > 0.5): its chains move slowly or sit in separate modes, and the estimate may be "
+            "low by more than its SE. Raise max_transitions until the estimate stops rising.",
+        )
 
 
 def _warn_on_soft_problems(messages, ss, ti, log_ratio_var, rounds, target_se, n_particles) -> None:
