@@ -325,7 +325,7 @@ def mutate(
     K = 1024, 0.1 for K = 256): below that a population cannot be told from a decorrelated one.
     ``decorrelation=0`` switches the rule off, the stall test included; ``stall_rule=False``
     drops only the stall test. Populations aligned to one symmetry copy of an MLP need that:
-    past the phase transition their correlation with the start falls by a few hundredths per
+    past the phase transition their correlation with the start falls by under a hundredth per
     transition, which the stall test takes for chains held in separate modes (on the
     robot-arm MLP with four hidden units it ended the stages after 3–5 transitions, and an
     estimate came out 4.6 nats below the same seed's with 20 transitions at every stage, its
