@@ -124,8 +124,9 @@ def run_role(role: str, model, layer, seeds: range | None, dim: int, checkpoint=
         begun = time.perf_counter()
         result = pm_evidence.thermodynamic(model, random_seed=seed, progressbar=False, cores=1,
                                            checkpoint=checkpoint(seed), **options)
-        effort = " ".join(f"{p}:{z:.3f}±{s:.3f}" for p, z, s in zip(
-            result.effort_particles, result.effort_log_evidence, result.effort_se))
+        effort = " ".join(f"{p}x{t}:{z:.3f}±{s:.3f}" for p, t, z, s in zip(
+            result.effort_particles, result.effort_transitions, result.effort_log_evidence,
+            result.effort_se))
         yield {"seed": seed, "log_z": result.log_evidence, "se": result.se,
                "seconds": _seconds(begun, result), "effort": effort,
                "warnings": " | ".join(result.warnings)}
@@ -298,8 +299,9 @@ def _inverse_variance(estimates) -> tuple[float, float]:
 def level_chi_square(efforts: pd.Series) -> tuple[float, int]:
     """Chi-square of the effort checks' first two levels against each other, and the number of
     pairs: Σ (log Z₁ − log Z₂)² / (SE₁² + SE₂²). The two levels of a fit are independent runs
-    (their own seeds, 256 and 512 particles per group), so this tests their SEs without any
-    reference; it is about the number of pairs when the SEs are honest."""
+    (their own seeds; twice the transitions per stage, or in older rows twice the particles
+    per group), so this tests their SEs without any reference; it is about the number of pairs
+    when the SEs are honest."""
     chi_square, pairs = 0.0, 0
     for effort in efforts.fillna(""):
         levels = [level.split(":")[1].split("±") for level in effort.split()]
@@ -367,9 +369,11 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "reference in units of "
         "its own SE and the reference's in quadrature. Doubled: the same seeds and ladder with "
         "`n_particles=512`; 'moved' is the doubled fits' mean minus the fits' in their combined "
-        "SE. Levels: the effort checks' first two levels (independent runs with 256 and 512 "
-        "particles per group; where the groups were resized, the size chosen and twice it) "
-        "against each other, Σ (log Z₁ − log Z₂)² / (SE₁² + SE₂²) over the "
+        "SE. Levels: the effort checks' first two levels (independent runs with twice the HMC "
+        "transitions per stage, in the csv `particles x transitions per particle:log Z±SE`; "
+        "fits made before the check doubled the moves ran 256 and 512 particles per group, "
+        "or where the groups were resized the size chosen and twice it, and store "
+        "`particles:log Z±SE`) against each other, Σ (log Z₁ − log Z₂)² / (SE₁² + SE₂²) over the "
         "fits, which needs no reference and is about the number of pairs when the SEs are "
         "honest (levels are stored to 0.001 nats, in older rows to 0.01). Seconds: mean per "
         "fit, one core (often shared with another benchmark).",

@@ -230,9 +230,11 @@ class ThermodynamicResult(EvidenceResult):
         Standard deviation of the groups' log evidences.
     n_stages, n_groups : int
         Rungs of the ladder after λ = 0; independent groups whose estimates are pooled.
-    effort_particles, effort_log_evidence, effort_se : tuple
-        The effort check's levels (particles per group; each level's estimate and SE), the
-        first being the groups of ``n_particles``; empty when the check did not run.
+    effort_particles, effort_transitions, effort_log_evidence, effort_se : tuple
+        The effort check's levels (particles per group, HMC transitions per particle summed
+        over the stages; each level's estimate and SE), the first being the groups the
+        estimate started from; empty when the check did not run. On an MLP the transitions
+        double from level to level, elsewhere the particles.
     best_log_joint_from_prior, best_log_joint_from_particles : float
         The mode search's highest log p(θ, D), optimised from prior draws and from the final
         particles; NaN when it did not run.
@@ -256,6 +258,7 @@ class ThermodynamicResult(EvidenceResult):
     n_stages: int = 0
     n_groups: int = 0
     effort_particles: tuple = ()
+    effort_transitions: tuple = ()
     effort_log_evidence: tuple = ()
     effort_se: tuple = ()
     best_log_joint_from_prior: float = np.nan

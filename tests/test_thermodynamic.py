@@ -1,5 +1,7 @@
 """Thermodynamic chaining against exact evidences: each estimate within 3 reported SE and a cap."""
 
+import pickle
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -454,6 +456,7 @@ def test_the_effort_check_pools_two_levels_that_agree():
     res = pm_evidence.thermodynamic(model, n_particles=64, effort_check=True, random_seed=3,
                                     progressbar=False)
     assert res.effort_particles == (64, 128)
+    assert len(res.effort_transitions) == 2
     first, doubled = res.effort_log_evidence
     assert abs(doubled - first) <= 2 * np.hypot(*res.effort_se)
     assert abs(res.log_evidence - exact) < 3 * res.se
@@ -463,29 +466,66 @@ def test_the_effort_check_pools_two_levels_that_agree():
     assert unchecked.effort_particles == ()  # "auto": one mode-free posterior, groups agree
 
 
+def test_on_an_mlp_the_effort_check_doubles_the_moves_and_resumes_identically(tmp_path):
+    """Aligned MLP particles: the second level runs the first round's transitions twice over
+    at every stage, with as many particles; a run stopped before that level reruns it."""
+    model = testing.robot_arm_mlp(1)
+    path = tmp_path / "run.ckpt"
+    options = dict(ladder=power_ladder(30), n_particles=32, n_groups=2, max_groups=4,
+                   max_transitions=3, target_se=None, effort_check=True, mode_search=False,
+                   checkpoint=path, random_seed=1, progressbar=False)
+    res = pm_evidence.thermodynamic(model, **options)
+    assert res.effort_particles == (32, 32)
+    first, doubled = res.effort_transitions
+    assert doubled == 2 * first and first > 0
+    # The first round's moves left the population correlated (median 0.84), but the doubled
+    # moves answer that: no warning asks for them.
+    assert not any("still correlated" in message for message in res.warnings)
+    with open(path, "rb") as file:
+        saved = pickle.load(file)
+    saved["state"]["checks"].pop()
+    with open(path, "wb") as file:
+        pickle.dump(saved, file)
+    resumed = pm_evidence.thermodynamic(model, **options)
+    assert resumed.effort_log_evidence == res.effort_log_evidence
+    assert resumed.log_evidence == res.log_evidence
+
+
 def test_an_effort_check_that_moves_warns_and_its_se_covers_the_move():
     from pymc_evidence.estimators._stepping_stone import Estimate
-    from pymc_evidence.estimators.thermodynamic import EffortCheck, _warn_on_effort
+    from pymc_evidence.estimators.thermodynamic import EffortCheck, EffortLevel, _warn_on_effort
 
-    def level(log_z, se):
-        return Estimate(log_z, se, se, se, np.array([log_z]))
+    def level(particles, log_z, se, transitions=100):
+        return EffortLevel(particles, transitions, Estimate(log_z, se, se, se, np.array([log_z])))
 
-    settled = EffortCheck([], [(64, level(-10.0, 0.1)), (128, level(-9.0, 0.1)),
-                               (256, level(-9.05, 0.1))], None)
+    settled = EffortCheck([], [level(64, -10.0, 0.1), level(128, -9.0, 0.1),
+                               level(256, -9.05, 0.1)], "particles", None)
     messages = []
     assert _warn_on_effort(messages, settled, 0.08) == 0.08
     assert "-10.00 ± 0.10 with 64, -9.00 ± 0.10 with 128" in messages[0]
     assert "n_particles=128 next time" in messages[0]
-    unsettled = EffortCheck([], [(64, level(-10.0, 0.1)), (128, level(-9.0, 0.1))], 1.0)
+    unsettled = EffortCheck([], [level(64, -10.0, 0.1), level(128, -9.0, 0.1)], "particles", 1.0)
     messages = []
     assert _warn_on_effort(messages, unsettled, 0.1) == 1.0
-    assert "it may still be low" in messages[0]
-    assert _warn_on_effort([], EffortCheck([], [(64, level(-10.0, 0.1))] * 2, None), 0.1) == 0.1
+    assert "it may still be low" in messages[0] and "Raise n_particles" in messages[0]
+    assert _warn_on_effort([], EffortCheck([], [level(64, -10.0, 0.1)] * 2, "particles", None),
+                           0.1) == 0.1
     # Settled within the band (0.25 < 2 × 0.141) but beyond the noise: the SE adds the excess,
     # √(0.25² − 0.02), times 1 + the lower level's share of the pooled Z.
-    moved = EffortCheck([], [(64, level(-10.0, 0.1)), (128, level(-9.75, 0.1))], None)
+    moved = EffortCheck([], [level(64, -10.0, 0.1), level(128, -9.75, 0.1)], "particles", None)
     assert _warn_on_effort([], moved, 0.08, lower_share=0.3) == pytest.approx(
         np.hypot(0.08, 1.3 * np.sqrt(0.25**2 - 0.02)))
+    # On an MLP the moves double: the levels and the advice are in transitions.
+    longer = EffortCheck([], [level(64, -10.0, 0.1, 580), level(64, -9.0, 0.1, 1160),
+                              level(64, -9.05, 0.1, 2320)], "transitions", None)
+    messages = []
+    _warn_on_effort(messages, longer, 0.08, max_transitions=20)
+    assert ("-10.00 ± 0.10 with 580, -9.00 ± 0.10 with 1160, -9.05 ± 0.10 with 2320 HMC "
+            "transitions per particle" in messages[0])
+    assert "max_transitions=40 next time" in messages[0]
+    messages = []
+    _warn_on_effort(messages, longer._replace(unsettled=1.0), 0.08)
+    assert "moves are too short" in messages[0] and "Raise max_transitions" in messages[0]
 
 
 def test_the_lower_levels_share_of_the_pooled_evidence():
@@ -494,16 +534,16 @@ def test_the_lower_levels_share_of_the_pooled_evidence():
     from types import SimpleNamespace
 
     from pymc_evidence.estimators._stepping_stone import Estimate
-    from pymc_evidence.estimators.thermodynamic import EffortCheck, _lower_share
+    from pymc_evidence.estimators.thermodynamic import EffortCheck, EffortLevel, _lower_share
 
     rounds = [SimpleNamespace(final_log_weights=np.zeros((4, n))) for n in (64, 128)]
-    levels = [(n, Estimate(z, 0.1, 0.1, 0.1, np.full(4, z))) for n, z in ((64, -10.0),
-                                                                          (128, -9.7))]
+    levels = [EffortLevel(n, 100, Estimate(z, 0.1, 0.1, 0.1, np.full(4, z)))
+              for n, z in ((64, -10.0), (128, -9.7))]
     per_group = np.r_[np.full(4, -10.0), np.full(4, -9.7)]
-    assert _lower_share(EffortCheck(rounds, levels, None), per_group) == pytest.approx(
-        1 / (1 + np.exp(0.3)))
-    assert _lower_share(EffortCheck(rounds[-1:], levels, 0.3), per_group[4:]) == 0.0
-    assert _lower_share(EffortCheck(rounds, levels, None), np.full(8, -np.inf)) == 0.0
+    pooled = EffortCheck(rounds, levels, "particles", None)
+    assert _lower_share(pooled, per_group) == pytest.approx(1 / (1 + np.exp(0.3)))
+    assert _lower_share(pooled._replace(rounds=rounds[-1:], unsettled=0.3), per_group[4:]) == 0.0
+    assert _lower_share(pooled, np.full(8, -np.inf)) == 0.0
 
 
 @pytest.mark.filterwarnings("ignore:target_se=0.1 not reached")

@@ -36,7 +36,7 @@ from pymc_evidence.density import get_density
 from pymc_evidence.estimators._mode_search import ModeSearch, search_modes
 from pymc_evidence.estimators._reference import temper_from_mode
 from pymc_evidence.estimators._stepping_stone import (
-    pooled_levels_bias, round_increments, round_integration, share_of, stepping_stone,
+    Estimate, pooled_levels_bias, round_increments, round_integration, share_of, stepping_stone,
 )
 from pymc_evidence.estimators._tempering import Round, final_draws, power_ladder, run_round
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
@@ -161,7 +161,8 @@ def thermodynamic(
         transitions per rung past the phase transition instead of 20, and estimates 4.5 nats
         lower, in 0.4 of the time). When the rungs at λ > 0.5 all ran ``max_transitions`` and
         left the population correlated with its start (median above 0.75), a warning says
-        that the moves are too short for the estimate to be trusted.
+        that the moves may be too short for the estimate to be trusted, unless the effort
+        check (below) has doubled them.
     mass_matrix : {"auto", "dense", "diag"}, default "auto"
         Inverse mass matrix estimated from the weighted population at each rung: the dense
         covariance (handles correlated posteriors) or its diagonal. "auto" is dense up to
@@ -182,20 +183,27 @@ def thermodynamic(
         ones used are in ``settings["mlp_layers"]``. Pass them explicitly for a layer the
         graph does not show, None for no alignment.
     effort_check : {"auto", True, False}, default "auto"
-        After the groups above, run ``n_groups`` groups with twice their particles on the same
-        ladder and compare: too few particles to hold a multimodal posterior's modes bias the
-        estimate low by more than its SE says, and doubling them moves it up. While the estimate
-        moves (up by more than 2, or down by more than 3, combined SE), the particles are
-        doubled again, within the budget ``n_groups × particles ≤ max_groups × n_particles``
-        (up to 2048 particles at the defaults). Once two levels agree their groups are pooled,
-        the SE including the part of the last move δ that the levels' noise c does not explain,
+        After the groups above, run ``n_groups`` groups with twice the effort on the same
+        ladder and compare: on an aligned MLP (``mlp_layers``) twice the HMC transitions at
+        every stage, elsewhere twice the particles. Moves too short to carry a group's
+        particles between the modes of an MLP's posterior, or too few particles to hold a
+        multimodal posterior's modes, bias the estimate low by more than its SE says, and
+        doubling them moves it up (on the robot-arm MLP with four hidden units, twice the
+        transitions raised the groups' median by 1.3 nats where twice the particles did not
+        raise it).
+        While the estimate moves (up by more than 2, or down by more than 3, combined SE), the
+        effort is doubled again, k times while ``n_groups × particles × 2^k ≤ max_groups ×
+        n_particles`` (8 times the first round's effort at the defaults). Once two levels
+        agree their groups are pooled, the SE including the part of the last move δ that the
+        levels' noise c does not explain,
         :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}` (w: the lower level's
-        share of the pooled Z; if doubling the particles at least halves a bias, this bounds the
+        share of the pooled Z; if doubling the effort at least halves a bias, this bounds the
         bias left, so the SE can exceed ``target_se``); if the budget ends first, the last level
         is reported, its SE at least the last move, with a warning. ``"auto"`` checks when the
         posterior shows signs of separated modes: an MLP (``mlp_layers`` given or recognised in
         the model's graph) or groups that disagree beyond their within-group errors. The levels
-        are in ``effort_particles``, ``effort_log_evidence`` and ``effort_se``.
+        are in ``effort_particles``, ``effort_transitions``, ``effort_log_evidence`` and
+        ``effort_se``.
     mode_search : {"auto", True, False} or int, default "auto"
         After sampling, maximise log p(θ, D) from prior draws (an integer: how many; True:
         32) and from the 8 particles of highest log p(θ, D). A mode from the prior draws more
@@ -354,7 +362,7 @@ def thermodynamic(
             rng, store, rounds, after_first, model, density, backend, ladder, round_settings,
             settings, cores, first_seconds, bar, messages,
         )
-        effort = EffortCheck(level, [], None)
+        effort = EffortCheck(level, [], "particles", None)
         if _check_wanted(effort_check, layers, level):
             effort = _effort_check(rng, store, rounds, checks, after_first, level, density,
                                    ladder, round_settings, settings, bar)
@@ -559,14 +567,31 @@ def _warn_on_group_size(messages, spreads, particles: int) -> None:
     )
 
 
+class EffortLevel(NamedTuple):
+    """One level of the effort check: particles per group, HMC transitions per particle
+    (summed over the stages) and the level's estimate."""
+
+    particles: int
+    transitions: int
+    estimate: Estimate
+
+
 class EffortCheck(NamedTuple):
-    """What the effort check leaves: the rounds to pool (all of equal particles, or two
-    levels that agree), each level's (particles, estimate), and the last move when the
-    budget ended before two levels agreed (else None)."""
+    """What the effort check leaves: the rounds to pool (one level, or two levels that
+    agree), each level (:class:`EffortLevel`), what it doubled ("particles" or
+    "transitions"), and the last move when the budget ended before two levels agreed (else
+    None)."""
 
     rounds: list
     levels: list
+    doubled: str
     unsettled: float | None
+
+
+def _effort_level(rounds, estimate: Estimate) -> EffortLevel:
+    first = rounds[0]
+    return EffortLevel(first.final_log_weights.shape[1],
+                       sum(stage.move.n_transitions for stage in first.stages), estimate)
 
 
 def _check_wanted(effort_check, layers, rounds) -> bool:
@@ -607,40 +632,59 @@ def _settled(previous, current) -> bool:
 
 def _effort_check(rng, store, rounds, checks, after_first, level, density, ladder,
                   round_settings, settings, bar) -> EffortCheck:
-    """Double the particles per group of ``level`` (``n_groups`` groups each time, the first
-    round's ladder and tuning) until two levels' estimates agree or the budget
-    ``n_groups × particles ≤ max_groups × n_particles`` ends.
+    """Double the effort of ``level``'s groups (``n_groups`` groups each time, on the first
+    round's ladder) until two levels' estimates agree or the budget ends: as many doublings
+    as ``n_groups × particles × 2^k ≤ max_groups × n_particles`` allows.
 
-    ``checks`` holds the levels a checkpoint kept; each level is saved when finished, with the
-    generator state ``after_first`` from which a resumed run redraws the same seeds.
+    On an aligned MLP the HMC transitions at every stage double (the first round's step sizes
+    and suggested transitions × 2, 4, ...): there the moves, not the population, limit how
+    well a group holds the modes (on the robot-arm MLP with four hidden units, twice the
+    moves raised the groups' median by 1.3 nats where twice the particles did not). Elsewhere
+    the particles per group double. ``checks`` holds the levels a checkpoint kept; each level
+    is saved when finished, with the generator state ``after_first`` from which a resumed run
+    redraws the same seeds.
     """
     n_groups = settings["n_groups"]
     particles = level[0].final_log_weights.shape[1]
     budget = int(np.floor(np.log2(settings["max_groups"] * settings["n_particles"]
                                   / (n_groups * particles))))
+    doubled = "transitions" if settings["mlp_layers"] else "particles"
     if budget < 1:
-        return EffortCheck(level, [], None)
+        return EffortCheck(level, [], doubled, None)
     tuning = [s.move for s in rounds[0].stages]
     previous_rounds = list(level)
     previous = stepping_stone(*round_increments(previous_rounds))
-    levels = [(particles, previous)]
+    levels = [_effort_level(previous_rounds, previous)]
     move = None
     for k in range(1, budget + 1):
         seed = rng.integers(2**63)
-        doubled = particles * 2**k
-        if k > len(checks) or checks[k - 1].final_log_weights.shape[1] != doubled:
-            bar.new_round(f"effort check, {doubled} particles")
+        size, level_tuning = particles * 2**k, tuning
+        if doubled == "transitions":
+            size = particles
+            level_tuning = [t._replace(suggested_transitions=t.suggested_transitions * 2**k)
+                            for t in tuning]
+        planned = [t.suggested_transitions for t in level_tuning]
+        if k > len(checks) or not _is_level(checks[k - 1], size, planned):
+            bar.new_round(f"effort check, {size} particles" if doubled == "particles"
+                          else f"effort check, {2**k}× the transitions")
             checks[k - 1:] = [run_round(np.random.default_rng(seed), density, n_groups,
-                                        doubled, ladder, tuning, round_settings, bar.update)]
+                                        size, ladder, level_tuning, round_settings, bar.update)]
             _save(store, rng, rounds, checks, rng_state=after_first)
         current_level = [checks[k - 1]]
         current = stepping_stone(*round_increments(current_level))
-        levels.append((doubled, current))
+        levels.append(_effort_level(current_level, current))
         move = current.log_evidence - previous.log_evidence
         if _settled(previous, current):
-            return EffortCheck(previous_rounds + current_level, levels, None)
+            return EffortCheck(previous_rounds + current_level, levels, doubled, None)
         previous_rounds, previous = current_level, current
-    return EffortCheck(previous_rounds, levels, move)
+    return EffortCheck(previous_rounds, levels, doubled, move)
+
+
+def _is_level(saved: Round, particles: int, transitions: list) -> bool:
+    """Whether a checkpoint's round ran ``particles`` per group and these transitions at
+    each stage."""
+    return (saved.final_log_weights.shape[1] == particles
+            and [stage.move.n_transitions for stage in saved.stages] == transitions)
 
 
 def _result(rng, model, density, rounds, effort, ladder, settings, timing, start, earlier,
@@ -657,8 +701,11 @@ def _result(rng, model, density, rounds, effort, ladder, settings, timing, start
     ti = round_integration(pooled, ladder, smallest)
     _warn_on_soft_problems(messages, ss, ti, log_ratio_var, pooled, settings["target_se"],
                            pooled[0].final_log_weights.shape[1])
-    _warn_on_short_moves(messages, rounds[0], settings["max_transitions"])
-    se = _warn_on_effort(messages, effort, ss.se, _lower_share(effort, ss.per_group))
+    if not (effort.doubled == "transitions" and effort.levels):
+        # When the effort check doubled the moves, its levels answer what this warning asks.
+        _warn_on_short_moves(messages, rounds[0], settings["max_transitions"])
+    se = _warn_on_effort(messages, effort, ss.se, _lower_share(effort, ss.per_group),
+                         settings["max_transitions"])
     # Draws come from the groups with the most particles (the last level pooled).
     particles = pooled[-1].final_log_weights.shape[1]
     last = [r for r in pooled if r.final_log_weights.shape[1] == particles]
@@ -695,9 +742,10 @@ def _result(rng, model, density, rounds, effort, ladder, settings, timing, start
         group_log_sd=_group_log_sd(ss.per_group),
         n_stages=len(ladder) - 1,
         n_groups=groups,
-        effort_particles=tuple(particles for particles, _ in effort.levels),
-        effort_log_evidence=tuple(float(e.log_evidence) for _, e in effort.levels),
-        effort_se=tuple(float(e.se) for _, e in effort.levels),
+        effort_particles=tuple(level.particles for level in effort.levels),
+        effort_transitions=tuple(level.transitions for level in effort.levels),
+        effort_log_evidence=tuple(float(level.estimate.log_evidence) for level in effort.levels),
+        effort_se=tuple(float(level.estimate.se) for level in effort.levels),
         best_log_joint_from_prior=float(search.best_from_prior),
         best_log_joint_from_particles=float(search.best_from_particles),
         settings=settings,
@@ -775,8 +823,9 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
                                   list(from_mode["more"]), lambda chunks: save(more=list(chunks)))
     rounds = [reached.last_round, *more]
     timing["reference"] = time.perf_counter() - begun
-    result = _result(rng, model, reached.reference, rounds, EffortCheck(rounds, [], None),
-                     ladder, settings, timing, start, earlier, messages, 0)
+    unchecked = EffortCheck(rounds, [], "particles", None)
+    result = _result(rng, model, reached.reference, rounds, unchecked, ladder, settings, timing,
+                     start, earlier, messages, 0)
     reported_se = max(result.se, reached.last_rise)
     if reached.unsettled is None and reached.last_rise > result.se:
         warn(messages, f"the estimates from the mode agreed, but rose by "
@@ -993,8 +1042,16 @@ def _diagnostics(rounds: list, log_ratio, log_ratio_var) -> pd.DataFrame:
     return frame
 
 
-def _levels_text(levels) -> str:
-    return ", ".join(f"{e.log_evidence:.2f} ± {e.se:.2f} with {p}" for p, e in levels)
+def _levels_text(effort: EffortCheck) -> str:
+    """Each level's estimate and effort, e.g. "-10.00 ± 0.10 with 64, -9.00 ± 0.10 with 128
+    particles per group"."""
+    if effort.doubled == "transitions":
+        steps = [(level.estimate, level.transitions) for level in effort.levels]
+        unit = "HMC transitions per particle"
+    else:
+        steps = [(level.estimate, level.particles) for level in effort.levels]
+        unit = "particles per group"
+    return ", ".join(f"{e.log_evidence:.2f} ± {e.se:.2f} with {n}" for e, n in steps) + f" {unit}"
 
 
 def _lower_share(effort: EffortCheck, per_group: np.ndarray) -> float:
@@ -1006,8 +1063,10 @@ def _lower_share(effort: EffortCheck, per_group: np.ndarray) -> float:
     return share_of(per_group, np.arange(per_group.size) < per_group.size - last)
 
 
-def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float = 0.0) -> float:
-    r"""Warn when doubling the particles moved the estimate; returns the SE to report.
+def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float = 0.0,
+                    max_transitions: int = 20) -> float:
+    r"""Warn when doubling the particles or the moves moved the estimate; returns the SE to
+    report.
 
     Unsettled: at least the last move. Settled: the last doubling moved the estimate by δ,
     with noise c (the two levels' SEs combined), and the SE adds the bound on the pooled
@@ -1015,27 +1074,34 @@ def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float
     = ``lower_share`` (:func:`~._stepping_stone.pooled_levels_bias`).
     """
     levels = effort.levels
+    moves = effort.doubled == "transitions"
+    what = "the HMC transitions at every stage" if moves else "the particles per group"
     if effort.unsettled is not None:
+        cause = ("the moves are too short for each group to reach the posterior's modes in "
+                 "proportion" if moves else
+                 "the groups are too small to hold the posterior's modes in proportion")
+        advice = ("Raise max_transitions (and max_groups)." if moves else
+                  "Raise n_particles (and max_groups); on an MLP pass mlp_layers.")
         warn(
             messages,
-            f"the estimate kept moving as the particles per group doubled ({_levels_text(levels)} "
-            "particles per group) and the budget (n_groups × particles ≤ max_groups × "
-            "n_particles) ended before two levels agreed: the groups are too small to hold the "
-            "posterior's modes in proportion. The estimate is the last level's and its SE is at "
-            f"least the last move ({effort.unsettled:+.2f} nats); it may still be low. Raise "
-            "n_particles (and max_groups); on an MLP pass mlp_layers.",
+            f"the estimate kept moving as {what} doubled ({_levels_text(effort)}) and the "
+            "budget (k doublings while n_groups × particles × 2^k ≤ max_groups × "
+            f"n_particles) ended before two levels agreed: {cause}. The "
+            "estimate is the last level's and its SE is at least the last move "
+            f"({effort.unsettled:+.2f} nats); it may still be low. {advice}",
         )
         return max(se, abs(effort.unsettled))
     if len(levels) > 2:
+        start = (f"max_transitions={max_transitions * 2 ** (len(levels) - 2)}" if moves
+                 else f"n_particles={levels[-2].particles}")
         warn(
             messages,
-            f"the estimate moved as the particles per group doubled ({_levels_text(levels)} "
-            f"particles per group): with {levels[0][0]} particles per group it was off by more "
-            "than its SE said. The estimate pools the last two levels, which agree; start from "
-            f"n_particles={levels[-2][0]} next time.",
+            f"the estimate moved as {what} doubled ({_levels_text(effort)}): at the first "
+            "level it was off by more than its SE said. The estimate pools the last two "
+            f"levels, which agree; start from {start} next time.",
         )
     if len(levels) >= 2:
-        (_, lower), (_, upper) = levels[-2:]
+        lower, upper = (level.estimate for level in levels[-2:])
         bias = pooled_levels_bias(upper.log_evidence - lower.log_evidence,
                                   float(np.hypot(lower.se, upper.se)), lower_share)
         return float(np.hypot(se, bias))
