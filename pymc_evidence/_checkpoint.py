@@ -66,8 +66,9 @@ def _other_run(saved: str, current: str) -> str:
     differs = [f"{name}: {old.get(name)!r} in the checkpoint, {new.get(name)!r} now"
                for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
     return ("was written by a run with other settings or another model ("
-            + "; ".join(differs) + "); pass the checkpoint's settings explicitly to resume it, "
-            "or delete it or pass another checkpoint path")
+            + "; ".join(differs) + "); to resume it, pass the checkpoint's settings "
+            "explicitly where they are arguments (the others follow from the model and the "
+            "package version), or delete it or pass another checkpoint path")
 
 
 class StateFile:
