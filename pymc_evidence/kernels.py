@@ -18,6 +18,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from pymc_evidence.density import DensityValues
+from pymc_evidence.scale_moves import TARGET_ACCEPTANCE, initial_widths, scale_step
 
 __all__ = [
     "HMCState", "HMCInfo", "Metric", "MutationStats", "init", "hmc_step", "mutate", "tempered",
@@ -284,6 +285,7 @@ class MutationStats(NamedTuple):
     suggested_transitions: int  # transitions the next, similar run should make (see mutate)
     traced_log_prior: np.ndarray  # (n_transitions, n_traced) after each transition
     traced_log_likelihood: np.ndarray  # (n_transitions, n_traced)
+    scale_acceptance: float = np.nan  # mean acceptance of the scale moves (NaN: none ran)
 
 
 def _correlation(start: np.ndarray, now: np.ndarray) -> float:
@@ -313,6 +315,7 @@ def mutate(
     max_transitions: int = 20,
     n_traced: int = 8,
     support=None,
+    scale_pairs=(),
 ) -> tuple[HMCState, MutationStats]:
     """Move every chain by HMC at temperature ``lam``, a fixed number of transitions or until
     the population has decorrelated.
@@ -342,6 +345,11 @@ def mutate(
     With ``support`` (see :func:`hmc_step`) every transition targets the tempered posterior
     restricted to that set.
 
+    With ``scale_pairs`` (:func:`pymc_evidence.scale_moves.find_scale_pairs`) every HMC
+    transition is followed by one scale move per pair, which carries a non-centred scale and
+    its block along the ridge that HMC follows slowly; their random-walk widths adapt to an
+    acceptance of 0.44 after every transition, as the step size does.
+
     The step size adapts to ``target_accept`` after every transition. The number of leapfrog
     steps is drawn uniformly around ``trajectory_length / step_size`` (±50 %, at most
     ``max_leapfrog``): in units of the metric a Gaussian target is isotropic, and a random
@@ -355,6 +363,7 @@ def mutate(
         decorrelation = max(decorrelation, 2 * np.sqrt(2 / (np.pi * K)))
     planned = max_transitions if n_transitions is None else int(n_transitions)
     acceptance, divergences, traced, history = [], 0, [], []
+    widths, scale_acceptance = initial_widths(scale_pairs), []
     decorrelated_at = None
     for transition in range(1, planned + 1):
         n_leapfrog = leapfrog_steps(rng, trajectory_length / step_size, max_leapfrog)
@@ -363,6 +372,10 @@ def mutate(
                                support)
         acceptance.append(float(np.mean(info.acceptance_rate)))
         divergences += int(np.sum(info.divergent))
+        if scale_pairs:
+            state, accepted = scale_step(rng, state, density, lam, scale_pairs, widths, support)
+            widths = widths * np.exp(accepted - TARGET_ACCEPTANCE)
+            scale_acceptance.append(float(np.mean(accepted)))
         traced.append((state.log_prior[:n_traced], state.log_likelihood[:n_traced]))
         step_size = adapt_step_size(step_size, acceptance[-1], target_accept)
         correlation = max(
@@ -387,5 +400,6 @@ def mutate(
     stats = MutationStats(
         float(np.mean(acceptance)), step_size, n_leapfrog, transition, divergences, correlation,
         suggested, traced_prior, traced_lik,
+        float(np.mean(scale_acceptance)) if scale_acceptance else np.nan,
     )
     return state, stats

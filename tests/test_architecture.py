@@ -19,7 +19,7 @@ MODULE_LAYER = {
     "_progress": "plumbing", "_parallel": "plumbing", "_checkpoint": "plumbing",
     "_validation": "plumbing",
     "symmetry": "model", "density": "model", "results": "model", "testing": "model",
-    "kernels": "kernels", "_optimize": "kernels",
+    "kernels": "kernels", "scale_moves": "kernels", "_optimize": "kernels",
     "estimators": "estimators",
     "comparison": "outputs", "plots": "outputs",
     "__init__": "package",

@@ -41,6 +41,7 @@ from pymc_evidence.estimators._stepping_stone import (
 from pymc_evidence.estimators._tempering import Round, final_draws, power_ladder, run_round
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
 from pymc_evidence.results import ThermodynamicResult, warn
+from pymc_evidence.scale_moves import find_scale_pairs
 from pymc_evidence.symmetry import resolve_layers, sampling_layers
 
 __all__ = ["thermodynamic", "power_ladder"]
@@ -286,6 +287,10 @@ def thermodynamic(
        normalised weights; reweight; resample groups whose ESS fell below the threshold.
     4. Move all particles by HMC at the new λ, with the mass matrix estimated from the weighted
        population (dense or diagonal, see ``mass_matrix``), until they have decorrelated.
+       Where the model scales a block of standardised values by a hyperparameter (non-centred,
+       w = z · exp(−c·u)), each HMC transition is followed by a Metropolis move of u and z
+       together that keeps w (:mod:`pymc_evidence.scale_moves`); ``settings["scale_moves"]``
+       lists the pairs found.
     5. Repeat from 2 until λ = 1. Each group gives an unbiased evidence estimate; they are averaged
        on the evidence scale, and the SE is the larger of the between-group spread and the
        within-group error propagated from the stages (posteriors with separated modes make the
@@ -347,7 +352,9 @@ def thermodynamic(
     if settings["target_cess"] == "auto":
         settings["target_cess"] = MLP_TARGET_CESS if layers else DEFAULT_TARGET_CESS
     settings["stall_rule"] = not layers
-    round_settings = _round_settings(settings, density, layers)
+    scale_pairs = find_scale_pairs(density)
+    settings["scale_moves"] = [[p.scale_name, p.block_name, p.power] for p in scale_pairs] or None
+    round_settings = _round_settings(settings, density, layers, scale_pairs)
     settings["mlp_layers"] = [vars(layer) for layer in layers] or None
     messages: list[str] = []
 
@@ -407,18 +414,18 @@ def _mode_search_starts(mode_search, layers) -> int:
     return int(mode_search)
 
 
-def _round_settings(settings, density, layers) -> dict:
+def _round_settings(settings, density, layers, scale_pairs=()) -> dict:
     """What every round needs beyond the ladder: the adaptive-ladder and resampling targets,
-    the HMC kernel's settings, the MLP layers to align, the metric's kind, and whether aligned
-    moves use the mass matrix averaged over the symmetries (else they stay in one copy's
-    domain: see ``run_round``)."""
+    the HMC kernel's settings (with the scale pairs its scale moves follow), the MLP layers to
+    align, the metric's kind, and whether aligned moves use the mass matrix averaged over the
+    symmetries (else they stay in one copy's domain: see ``run_round``)."""
     mass_matrix = settings["mass_matrix"]
     return dict(
         target_cess=settings["target_cess"],
         resample_threshold=settings["resample_threshold"],
-        kernel={name: settings[name] for name in (
+        kernel={**{name: settings[name] for name in (
             "target_accept", "trajectory_length", "max_leapfrog", "decorrelation",
-            "stall_rule", "max_transitions")},
+            "stall_rule", "max_transitions")}, "scale_pairs": scale_pairs},
         layers=sampling_layers(density, layers),
         dense_mass=mass_matrix == "dense" or (
             mass_matrix == "auto" and density.dim <= DENSE_METRIC_MAX_DIM),
@@ -1035,6 +1042,8 @@ def _diagnostics(rounds: list, log_ratio, log_ratio_var) -> pd.DataFrame:
                 "n_leapfrog": int(max(s.move.n_leapfrog for s in per_round)),
                 "n_transitions": int(max(s.move.n_transitions for s in per_round)),
                 "divergences": int(sum(s.move.divergences for s in per_round)),
+                "scale_acceptance": float(np.dot(weight, [s.move.scale_acceptance
+                                                          for s in per_round])),
                 "resampled": float(np.dot(weight, [s.resampled for s in per_round])),
                 "mean_log_likelihood": float(np.mean(mean_ll)),
                 "var_log_likelihood": float(np.mean(var_ll) + np.var(mean_ll)),
