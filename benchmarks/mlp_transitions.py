@@ -21,6 +21,8 @@ Usage::
     python benchmarks/mlp_transitions.py --setting decorrelation=0 --seeds 11 12  # ~40 min per seed
     python benchmarks/mlp_transitions.py --setting decorrelation=0 --max-transitions 40 \
         --groups 4 --seeds 11                                              # ~45 min
+    python benchmarks/mlp_transitions.py --setting decorrelation=0 --no-scale-moves \
+        --groups 2 --particles 128 --seeds 11                              # HMC alone
     python benchmarks/mlp_transitions.py --seeds --merge other.csv         # rewrite the summary
 
 At h = 4 on one core of this 2-core machine.
@@ -46,11 +48,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "benchmarks" / "results" / "mlp_transitions.csv"
 MARKDOWN = CSV.with_suffix(".md")
 SETTINGS = {"defaults": {}, "stall rule": {}, "decorrelation=0": {"decorrelation": 0.0}}
-KEYS = ["h", "setting", "max_transitions", "particles", "groups", "seed"]
+KEYS = ["h", "setting", "scale_moves", "max_transitions", "particles", "groups", "seed"]
 
 
 def run(h: int, setting: str, max_transitions: int, particles: int, groups: int,
-        seed: int) -> dict:
+        seed: int, scale_moves: bool = True) -> dict:
     import pymc_evidence as pm_evidence
     from pymc_evidence.testing import robot_arm_mlp
 
@@ -58,7 +60,8 @@ def run(h: int, setting: str, max_transitions: int, particles: int, groups: int,
         checkpoint = Path(directory) / "fit.ckpt"
         start = time.perf_counter()
         stall = _stall_rule_on() if setting == "stall rule" else contextlib.nullcontext()
-        with warnings.catch_warnings(), stall:
+        scales = contextlib.nullcontext() if scale_moves else _without_scale_moves()
+        with warnings.catch_warnings(), stall, scales:
             warnings.simplefilter("ignore", pm_evidence.EvidenceWarning)
             result = pm_evidence.thermodynamic(
                 robot_arm_mlp(h), n_particles=particles, n_groups=groups, max_groups=groups,
@@ -73,7 +76,8 @@ def run(h: int, setting: str, max_transitions: int, particles: int, groups: int,
     lam = np.array([stage.lam for stage in stages])
     transitions = np.array([stage.move.n_transitions for stage in stages])
     return {
-        "h": h, "setting": setting, "max_transitions": max_transitions,
+        "h": h, "setting": setting, "scale_moves": scale_moves,
+        "max_transitions": max_transitions,
         "particles": particles, "groups": groups, "seed": seed,
         "log_z": result.log_evidence, "se": result.se,
         "group_log_z": " ".join(f"{value:.3f}" for value in np.sort(per_group)),
@@ -100,6 +104,19 @@ def _stall_rule_on():
         kernels.mutate = original
 
 
+@contextlib.contextmanager
+def _without_scale_moves():
+    """The fits inside without scale moves (HMC alone), as MLPs moved before."""
+    from pymc_evidence.estimators import thermodynamic
+
+    original = thermodynamic.find_scale_pairs
+    thermodynamic.find_scale_pairs = lambda density: ()
+    try:
+        yield
+    finally:
+        thermodynamic.find_scale_pairs = original
+
+
 def summarise(table: pd.DataFrame, command: str) -> str:
     lines = [
         "# HMC transitions per stage on the robot-arm MLP",
@@ -114,16 +131,20 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "stopped falling. Groups: each group's log "
         "evidence, sorted; median and SD over the groups. Transitions: summed over the "
         "stages, and over the stages past λ = 0.2 (at h = 4 the phase transition is at "
-        "λ ≈ 0.06–0.15).",
+        "λ ≈ 0.06–0.15). Scale moves: whether each HMC transition was followed by moves of "
+        "the weight precisions along with the standardised weights they scale "
+        "(`pymc_evidence.scale_moves`; rows without them were made before they existed, or "
+        "with `--no-scale-moves`).",
         "",
-        "| h | setting | max transitions | particles × groups | seed | log Z ± SE | groups | "
-        "median | SD | transitions (past 0.2) | s |",
-        "|--:|---|--:|--:|--:|--:|---|--:|--:|--:|--:|",
+        "| h | setting | scale moves | max transitions | particles × groups | seed | log Z ± SE "
+        "| groups | median | SD | transitions (past 0.2) | s |",
+        "|--:|---|---|--:|--:|--:|--:|---|--:|--:|--:|--:|",
     ]
     for row in table.itertuples(index=False):
         groups = np.array([float(v) for v in row.group_log_z.split()])
         lines.append(
-            f"| {row.h} | {row.setting} | {row.max_transitions} | {row.particles} × "
+            f"| {row.h} | {row.setting} | {'yes' if row.scale_moves else 'no'} | "
+            f"{row.max_transitions} | {row.particles} × "
             f"{row.groups} | {row.seed} | {row.log_z:.2f} ± {row.se:.2f} | "
             f"{', '.join(f'{v:.1f}' for v in groups)} | {np.median(groups):.2f} | "
             f"{np.std(groups, ddof=1):.2f} | {row.transitions} ({row.transitions_late} "
@@ -143,17 +164,21 @@ def main(argv=None) -> int:
     parser.add_argument("--particles", type=int, default=256)
     parser.add_argument("--groups", type=int, default=8)
     parser.add_argument("--seeds", type=int, nargs="*", default=[11])
+    parser.add_argument("--no-scale-moves", action="store_true",
+                        help="HMC alone, without the scale moves of the weight precisions")
     parser.add_argument("--csv", type=Path, default=CSV,
                         help="where to merge the rows (a second process running at the same "
                         "time needs its own file; merge them with --merge)")
     parser.add_argument("--merge", nargs="*", type=Path, default=[],
                         help="CSV files of other processes to merge before the summary")
     args = parser.parse_args(argv)
-    table = _sorted(pd.read_csv(args.csv)) if args.csv.exists() else pd.DataFrame(columns=KEYS)
-    for other in [pd.read_csv(path) for path in args.merge]:
+    table = (_sorted(_with_scale_column(pd.read_csv(args.csv))) if args.csv.exists()
+             else pd.DataFrame(columns=KEYS))
+    for other in [_with_scale_column(pd.read_csv(path)) for path in args.merge]:
         table = _merged(table, other)
     for seed in args.seeds:
-        row = run(args.h, args.setting, args.max_transitions, args.particles, args.groups, seed)
+        row = run(args.h, args.setting, args.max_transitions, args.particles, args.groups, seed,
+                  not args.no_scale_moves)
         print(row, flush=True)
         table = _merged(table, pd.DataFrame([row]))
         table.to_csv(args.csv, index=False)
@@ -162,6 +187,13 @@ def main(argv=None) -> int:
         MARKDOWN.write_text(summarise(table, " ".join(
             ["python benchmarks/mlp_transitions.py", *argv])))
     return 0
+
+
+def _with_scale_column(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows written before the scale moves existed ran without them."""
+    if "scale_moves" not in table:
+        table.insert(2, "scale_moves", False)
+    return table
 
 
 def _merged(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
