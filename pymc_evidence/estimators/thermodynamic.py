@@ -164,8 +164,10 @@ def thermodynamic(
         left the population correlated with its start (median above 0.75), a warning says
         that the moves may be too short for the estimate to be trusted (judged on the last
         level of the effort check, below, when it doubled the moves: on the robot-arm MLP
-        with four hidden units the median is still 0.89 after 40 transitions per stage, and
-        the estimate still rose by 1.1 nats from 40 to 80).
+        with four hidden units HMC alone left a median of 0.89 after 40 transitions per stage,
+        and its estimate still rose by 1.1 nats from 40 to 80; the scale moves, which
+        decorrelate its precisions, brought the correlation after 20 transitions at λ = 1
+        to 0.69).
     mass_matrix : {"auto", "dense", "diag"}, default "auto"
         Inverse mass matrix estimated from the weighted population at each rung: the dense
         covariance (handles correlated posteriors) or its diagonal. "auto" is dense up to
