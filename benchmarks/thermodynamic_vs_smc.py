@@ -96,6 +96,10 @@ def _cases():
             lambda: testing.normal_inverse_gamma_regression(),
         ),
         "gaussian_mixture": ("gaussian_mixture_potential()", lambda: testing.gaussian_mixture_potential()),
+        "gamma_precision": (
+            "gamma_precision_regression()",
+            lambda: testing.gamma_precision_regression(),
+        ),
         "conjugate_d20": (
             "conjugate_regression(dim=20, n_obs=50)",
             lambda: testing.conjugate_regression(dim=20, n_obs=50),

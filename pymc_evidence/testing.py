@@ -26,6 +26,7 @@ __all__ = [
     "gaussian_mixture_potential",
     "correlated_gaussian",
     "hierarchical_normal",
+    "gamma_precision_regression",
     "robot_arm_data",
     "robot_arm_mlp",
     "ROBOT_ARM_LAYER",
@@ -400,4 +401,53 @@ def hierarchical_normal(y=None, sigma=None, mu_sd=5.0, tau_sd=5.0, centered=Fals
             z = pm.Normal("z", 0.0, 1.0, shape=n)
             theta = pm.Deterministic("theta", mu + tau * z)
         pm.Normal("y", theta, sigma, observed=y)
+    return model, float(log_z)
+
+
+def gamma_precision_regression(dim=10, n_obs=50, shape=0.1, rate=0.1, noise_sd=0.5, seed=0,
+                               name=""):
+    """Linear regression whose weights share a Gamma-distributed precision, written non-centred
+    as :func:`robot_arm_mlp` writes its weights; its evidence by 1-D quadrature.
+
+    y = X w + ε, ε ~ N(0, σ²I) with σ known, w = z / √α with z ~ N(0, I) (the same model as
+    w ~ N(0, I/α)), α ~ Gamma(shape, rate): by default Barber & Bishop's (1997) hyperprior with
+    s = 0.2, ω = 1. Given α, w integrates out, y | α ~ N(0, σ²I + X Xᵀ / α), leaving
+
+        log Z = log ∫ Gamma(α | shape, rate) N(y | 0, σ²I + X Xᵀ / α) dα,
+
+    computed with ``scipy.integrate.quad`` over log α, N(y | ·) from the singular values of X.
+    The data (X ~ N(0, 1), w ~ N(0, I), ``seed``) pin w down, so the posterior of (log α, z)
+    lies along the curve z / √α = w: the ridge an MLP's precisions and weights form.
+    """
+    from scipy.integrate import quad
+    from scipy.stats import gamma as gamma_dist
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n_obs, dim))
+    y = x @ rng.normal(size=dim) + noise_sd * rng.normal(size=n_obs)
+    u, singular, _ = np.linalg.svd(x, full_matrices=False)
+    projected = u.T @ y
+    residual = y @ y - projected @ projected  # the part of y outside X's column space
+
+    def log_integrand(log_alpha):
+        alpha = np.exp(log_alpha)
+        variances = noise_sd**2 + singular**2 / alpha  # Σ(α)'s eigenvalues on X's columns
+        log_det = np.log(variances).sum() + (n_obs - dim) * np.log(noise_sd**2)
+        quadratic = (projected**2 / variances).sum() + residual / noise_sd**2
+        log_normal = -0.5 * (n_obs * np.log(2.0 * np.pi) + log_det + quadratic)
+        return gamma_dist(shape, scale=1.0 / rate).logpdf(alpha) + log_alpha + log_normal
+
+    grid = np.linspace(-60.0, 60.0, 24001)
+    values = np.array([log_integrand(t) for t in grid])
+    peak, shift = grid[np.argmax(values)], values.max()  # integrand O(1) near its peak
+    integral, _ = quad(
+        lambda t: np.exp(log_integrand(t) - shift), -60.0, 60.0,
+        points=[peak - 2.0, peak, peak + 2.0], limit=500, epsabs=0.0, epsrel=1e-12,
+    )
+    log_z = shift + np.log(integral)
+    with pm.Model(name=name) as model:
+        precision = pm.Gamma("alpha", alpha=shape, beta=rate)
+        z = pm.Normal("z", 0.0, 1.0, shape=dim)
+        w = pm.Deterministic("w", z / pm.math.sqrt(precision))
+        pm.Normal("y", pm.math.dot(x, w), noise_sd, observed=y)
     return model, float(log_z)

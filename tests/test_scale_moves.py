@@ -65,3 +65,25 @@ def test_thermodynamic_with_scale_moves_matches_the_exact_evidence(eight_schools
     assert abs(result.log_evidence - exact) < 0.15
     acceptance = result.diagnostics["scale_acceptance"]
     assert 0.2 < acceptance.median() < 0.8
+
+
+def test_gamma_precision_regression_evidence_and_chaining():
+    """The MLP's ridge in a model with an exact evidence: the quadrature (over Σ(α)'s
+    eigenvalues) against a trapezoid rule over the dense covariance, then chaining with the
+    scale moves (c = ½, as the MLP's precisions) within 3 of its SE."""
+    from scipy.special import logsumexp
+    from scipy.stats import gamma, multivariate_normal
+
+    model, exact = testing.gamma_precision_regression(dim=4, n_obs=12, seed=2)
+    rng = np.random.default_rng(2)  # the model's data, drawn as it draws them
+    x = rng.normal(size=(12, 4))
+    y = x @ rng.normal(size=4) + 0.5 * rng.normal(size=12)
+    grid = np.linspace(-12.0, 20.0, 8001)
+    log_integrand = [gamma(0.1, scale=10.0).logpdf(np.exp(t)) + t
+                     + multivariate_normal(np.zeros(12), 0.25 * np.eye(12) + x @ x.T / np.exp(t))
+                     .logpdf(y) for t in grid]
+    assert logsumexp(log_integrand) + np.log(grid[1] - grid[0]) == pytest.approx(exact, abs=1e-6)
+
+    result = pm_evidence.thermodynamic(model, random_seed=1, progressbar=False)
+    assert result.settings["scale_moves"] == [["alpha_log__", "z", 0.5]]
+    assert abs(result.log_evidence - exact) < 3 * result.se
