@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["ScalePair", "find_scale_pairs", "scale_step", "initial_widths"]
+__all__ = ["ScalePair", "find_scale_pairs", "propose", "scale_step", "initial_widths"]
 
 #: Exponents c tried for w = z · exp(−c·u): u the log of a precision (c = ½, 1) or of a scale
 #: (c = −½, −1).
@@ -111,6 +111,17 @@ def initial_widths(pairs) -> np.ndarray:
     return np.array([2.4 / (abs(p.power) * np.sqrt(2.0 * (p.stop - p.start))) for p in pairs])
 
 
+def propose(rng, position: np.ndarray, pair: ScalePair, width: float) -> tuple:
+    """A move of every row of ``position`` along ``pair``'s ridge: u + δ and z · exp(c·δ),
+    δ ~ N(0, width²). Returns the proposals and the log Jacobian n·c·δ of each, to add to the
+    log ratio of target densities."""
+    delta = width * rng.standard_normal(position.shape[0])
+    proposal = position.copy()
+    proposal[:, pair.scale] += delta
+    proposal[:, pair.start:pair.stop] *= np.exp(pair.power * delta)[:, None]
+    return proposal, (pair.stop - pair.start) * pair.power * delta
+
+
 def scale_step(rng, state, density, lam: float, pairs, widths: np.ndarray,
                support=None) -> tuple:
     """One scale move per pair for every chain, each pair after the other.
@@ -122,15 +133,11 @@ def scale_step(rng, state, density, lam: float, pairs, widths: np.ndarray,
     K = state.position.shape[0]
     acceptance = np.empty(len(pairs))
     for k, pair in enumerate(pairs):
-        delta = widths[k] * rng.standard_normal(K)
-        proposal = state.position.copy()
-        proposal[:, pair.scale] += delta
-        proposal[:, pair.start:pair.stop] *= np.exp(pair.power * delta)[:, None]
+        proposal, log_jacobian = propose(rng, state.position, pair, widths[k])
         with np.errstate(all="ignore"):
             values = density(proposal)
             log_ratio = (values.log_prior + lam * values.log_likelihood
-                         - state.log_prior - lam * state.log_likelihood
-                         + (pair.stop - pair.start) * pair.power * delta)
+                         - state.log_prior - lam * state.log_likelihood + log_jacobian)
         accepted = np.log(rng.uniform(size=K)) < np.where(np.isfinite(log_ratio), log_ratio,
                                                           -np.inf)
         if support is not None and accepted.any():

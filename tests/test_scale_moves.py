@@ -67,14 +67,21 @@ def test_thermodynamic_with_scale_moves_matches_the_exact_evidence(eight_schools
     assert 0.2 < acceptance.median() < 0.8
 
 
-def test_gamma_precision_regression_evidence_and_chaining():
-    """The MLP's ridge in a model with an exact evidence: the quadrature (over Σ(α)'s
-    eigenvalues) against a trapezoid rule over the dense covariance, then chaining with the
-    scale moves (c = ½, as the MLP's precisions) within 3 of its SE."""
+@pytest.fixture(scope="module")
+def precision_regression():
+    """Four weights w = z / √α pinned by twelve observations: the MLP's ridge, exact evidence."""
+    model, exact = testing.gamma_precision_regression(dim=4, n_obs=12, seed=2)
+    return model, ModelDensity(model), exact
+
+
+def test_gamma_precision_regression_evidence_and_chaining(precision_regression):
+    """The quadrature (over Σ(α)'s eigenvalues) against a trapezoid rule over the dense
+    covariance, then chaining with the scale moves (c = ½, as the MLP's precisions) within 3
+    of its SE."""
     from scipy.special import logsumexp
     from scipy.stats import gamma, multivariate_normal
 
-    model, exact = testing.gamma_precision_regression(dim=4, n_obs=12, seed=2)
+    model, _, exact = precision_regression
     rng = np.random.default_rng(2)  # the model's data, drawn as it draws them
     x = rng.normal(size=(12, 4))
     y = x @ rng.normal(size=4) + 0.5 * rng.normal(size=12)
@@ -87,3 +94,43 @@ def test_gamma_precision_regression_evidence_and_chaining():
     result = pm_evidence.thermodynamic(model, random_seed=1, progressbar=False)
     assert result.settings["scale_moves"] == [["alpha_log__", "z", 0.5]]
     assert abs(result.log_evidence - exact) < 3 * result.se
+
+
+def test_nested_scale_moves_keep_the_constrained_prior(precision_regression):
+    """Exact draws of the prior restricted to L > L* (prior draws above the median log L) stay
+    such draws under nested sampling's scale moves: log α keeps its law (a missing Jacobian
+    would shift it) and every point stays inside the contour."""
+    from scipy.stats import ks_2samp
+
+    from pymc_evidence.estimators._nested_core import _assign, _fit_clusters, _scale_move
+
+    _, density, _ = precision_regression
+    rng = np.random.default_rng(5)
+    draws = density.prior_draws(rng, 40_000)
+    log_prior, log_likelihood = density.log_densities(draws)
+    threshold = np.median(log_likelihood)
+    inside = log_likelihood > threshold
+    x, reference = draws[inside][:8000], draws[inside][8000:16000]
+    log_prior, log_likelihood = log_prior[inside][:8000], log_likelihood[inside][:8000]
+    clusters = _fit_clusters(x, 1, 0, None)
+    labels = _assign(clusters, x)
+    (pair,) = find_scale_pairs(density)
+    accepted = 0
+    for _ in range(10):
+        x, log_prior, log_likelihood, _, n = _scale_move(
+            rng, x, log_prior, log_likelihood, threshold, clusters, labels,
+            density.log_densities, None, pair, initial_widths([pair])[0])
+        accepted += n
+    assert np.all(log_likelihood > threshold)
+    assert 0.3 < accepted / (10 * len(x)) < 0.8
+    assert ks_2samp(x[:, pair.scale], reference[:, pair.scale]).pvalue > 1e-3
+    assert abs(x[:, pair.scale].mean() - reference[:, pair.scale].mean()) < 4 * np.sqrt(
+        2 * reference[:, pair.scale].var() / len(x))
+
+
+def test_nested_with_scale_moves_matches_the_exact_evidence(precision_regression):
+    model, _, exact = precision_regression
+    result = pm_evidence.nested(model, random_seed=3, progressbar=False)
+    assert result.settings["scale_moves"] == [["alpha_log__", "z", 0.5]]
+    assert abs(result.log_evidence - exact) < 3 * result.se
+    assert 0.3 < result.diagnostics["scale_acceptance"].median() < 0.7

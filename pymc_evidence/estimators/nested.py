@@ -31,6 +31,7 @@ from pymc_evidence.estimators._nested_core import (
 from pymc_evidence.estimators._stepping_stone import lognormal_se, pooled_levels_bias, share_of
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
 from pymc_evidence.results import NestedResult, warn
+from pymc_evidence.scale_moves import find_scale_pairs
 from pymc_evidence.symmetry import MLPLayer, align_units, resolve_layers, sampling_layers
 
 __all__ = ["nested"]
@@ -47,7 +48,8 @@ _LIVE_PER_DIM = 5
 _INSERTION_Z_LIMIT = 3.3
 #: Diagnostics columns, one row per step of every run.
 _STEP_COLUMNS = ("log_threshold", "log_x", "log_z_steps", "log_z_live", "max_log_likelihood",
-                 "evaluations", "shrink_steps", "acceptance", "mean_jump", "n_clusters")
+                 "evaluations", "shrink_steps", "acceptance", "scale_acceptance", "mean_jump",
+                 "n_clusters")
 def nested(
     model=None,
     *,
@@ -196,7 +198,8 @@ def nested(
         ``information`` (H); ``diagnostics`` one row per step of every run (``run``, the
         threshold ``log_threshold`` = log L*, the expected ``log_x``, ``log_z_steps`` (the
         evidence of the dead points so far), ``log_z_live`` (the evidence still ahead),
-        ``evaluations``, ``shrink_steps``, ``acceptance`` of the slice moves, ``mean_jump``,
+        ``evaluations``, ``shrink_steps``, ``acceptance`` of the slice moves,
+        ``scale_acceptance`` of the scale moves (NaN without them), ``mean_jump``,
         ``n_clusters``, ``num_inner_steps``); ``posterior`` equally weighted draws from the
         dead points' importance weights, one chain per run; ``sample_stats`` their
         ``log_likelihood`` and ``log_prior``; ``insertion_z`` the insertion-rank test;
@@ -261,6 +264,8 @@ def nested(
                          random_seed, bool(layers))
     settings["mlp_layers"] = [vars(layer) for layer in layers] or None
     settings["moves_check"] = moves_check
+    settings["scale_moves"] = [[p.scale_name, p.block_name, p.power]
+                               for p in find_scale_pairs(density)] or None
     messages: list[str] = []
     store = StateFile(checkpoint, run_key(settings, density, random_seed))
     saved = store.load()
@@ -517,6 +522,7 @@ def _one_run(density, seed, settings, key, progressbar, current, save,
             num_delete=settings["num_delete"], num_inner_steps=settings["num_inner_steps"],
             termination=settings["termination"], max_steps=settings["max_steps"],
             max_clusters=settings["max_clusters"], canonicalise=canonicalise,
+            scale_pairs=find_scale_pairs(density) if settings["scale_moves"] else (),
             callback=after_step if bar is not None or save is not None else None,
         )
     finally:
