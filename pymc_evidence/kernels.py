@@ -38,6 +38,18 @@ class HMCState(NamedTuple):
     grad_log_prior: np.ndarray  # (K, d)
     grad_log_likelihood: np.ndarray  # (K, d)
 
+    def where(self, accepted: np.ndarray, position: np.ndarray, values) -> HMCState:
+        """The state with the chains where ``accepted`` (K,) moved to ``position`` (their
+        :class:`~pymc_evidence.density.DensityValues` ``values``), the others unchanged."""
+        keep = accepted[:, None]
+        return HMCState(
+            np.where(keep, position, self.position),
+            np.where(accepted, values.log_prior, self.log_prior),
+            np.where(accepted, values.log_likelihood, self.log_likelihood),
+            np.where(keep, values.grad_log_prior, self.grad_log_prior),
+            np.where(keep, values.grad_log_likelihood, self.grad_log_likelihood),
+        )
+
 
 class HMCInfo(NamedTuple):
     """Per-chain outcome of one HMC transition."""
@@ -244,14 +256,7 @@ def hmc_step(
     # Only an energy *gain* diverges (Stan's rule): a large drop is accepted, not a failure.
     divergent = ~finite | (np.where(finite, energy_change, 0.0) > DIVERGENCE_THRESHOLD)
 
-    keep = accepted[:, None]
-    new_state = HMCState(
-        np.where(keep, position, state.position),
-        np.where(accepted, values.log_prior, state.log_prior),
-        np.where(accepted, values.log_likelihood, state.log_likelihood),
-        np.where(keep, values.grad_log_prior, state.grad_log_prior),
-        np.where(keep, values.grad_log_likelihood, state.grad_log_likelihood),
-    )
+    new_state = state.where(accepted, position, values)
     info = HMCInfo(np.exp(log_accept), accepted, divergent, energy_change)
     return new_state, info
 

@@ -142,13 +142,6 @@ def scale_step(rng, state, density, lam: float, pairs, widths: np.ndarray,
                                                           -np.inf)
         if support is not None and accepted.any():
             accepted[accepted] = support(proposal[accepted])
-        keep = accepted[:, None]
-        state = type(state)(
-            np.where(keep, proposal, state.position),
-            np.where(accepted, values.log_prior, state.log_prior),
-            np.where(accepted, values.log_likelihood, state.log_likelihood),
-            np.where(keep, values.grad_log_prior, state.grad_log_prior),
-            np.where(keep, values.grad_log_likelihood, state.grad_log_likelihood),
-        )
+        state = state.where(accepted, proposal, values)
         acceptance[k] = accepted.mean()
     return state, acceptance
