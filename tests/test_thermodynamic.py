@@ -9,6 +9,7 @@ import pytest
 import pymc_evidence as pm_evidence
 from pymc_evidence import testing
 from pymc_evidence import power_ladder
+from pymc_evidence.estimators import thermodynamic as thermodynamic_module
 
 CAP = 0.5  # nats: a fixed bound besides the SE-relative one, so a huge SE cannot hide a bug
 
@@ -466,20 +467,30 @@ def test_the_effort_check_pools_two_levels_that_agree():
     assert unchecked.effort_particles == ()  # "auto": one mode-free posterior, groups agree
 
 
-def test_on_an_mlp_the_effort_check_doubles_the_moves_and_resumes_identically(tmp_path):
+def test_on_an_mlp_the_effort_check_doubles_the_moves_and_resumes_identically(tmp_path,
+                                                                              monkeypatch):
     """Aligned MLP particles: the second level runs the first round's transitions twice over
-    at every stage, with as many particles; a run stopped before that level reruns it."""
+    at every stage, with as many particles; a run stopped before that level reruns it.
+    Without the scale moves (taken away here) the first round's moves stay correlated with
+    their start, which shows which level the short-moves warning is judged on."""
+    monkeypatch.setattr(thermodynamic_module, "find_scale_pairs", lambda density: ())
     model = testing.robot_arm_mlp(1)
     path = tmp_path / "run.ckpt"
-    # A seed whose first groups agree well enough to be kept (with 32 particles most seeds'
-    # groups are replaced by larger ones, which leaves no budget for the check)
     options = dict(ladder=power_ladder(30), n_particles=32, n_groups=2, max_groups=4,
                    max_transitions=3, target_se=None, effort_check=True, mode_search=False,
-                   checkpoint=path, random_seed=4, progressbar=False)
+                   checkpoint=path, random_seed=1, progressbar=False)
     res = pm_evidence.thermodynamic(model, **options)
+    assert res.settings["scale_moves"] is None
     assert res.effort_particles == (32, 32)
     first, doubled = res.effort_transitions
     assert doubled == 2 * first and first > 0
+    # Whether the moves were long enough is judged on the doubled moves: the first round's 3
+    # per stage leave the population correlated with its start (median 0.84 at λ > 0.5), which
+    # warns when that round is all there is; the doubled level's 6 do not.
+    assert not any("still correlated" in message for message in res.warnings)
+    unchecked = pm_evidence.thermodynamic(model, **{**options, "effort_check": False,
+                                                    "checkpoint": None})
+    assert any("still correlated" in message for message in unchecked.warnings)
     with open(path, "rb") as file:
         saved = pickle.load(file)
     saved["state"]["checks"].pop()
