@@ -7,7 +7,8 @@ so ratios of ĝ are ratios of evidences (Liang 2005, §2.1 and Theorem 1).
 
 The algorithm itself, for any sampler on any partition and with no PyMC, is
 :func:`~pymc_evidence._cmc_core.cmc_core`. This module supplies its sampler over PyMC models:
-HMC moves within a model and, between models, independence proposals (a multivariate t fitted
+HMC moves within a model (with scale moves, :mod:`pymc_evidence.scale_moves`, in a
+non-centred one) and, between models, independence proposals (a multivariate t fitted
 to each model's pilot posterior draws) or, for MLPs nested by hidden units, Liang's birth/death
 moves (:mod:`._birth_death`); and it turns the learnt ĝ into one
 :class:`~pymc_evidence.CMCResult` per model.
@@ -34,6 +35,7 @@ from pymc_evidence.estimators._birth_death import (
 )
 from pymc_evidence.estimators._cmc_core import CMCCoreResult, cmc_core, delta_schedule
 from pymc_evidence.results import CMCResult, warn
+from pymc_evidence.scale_moves import find_scale_pairs, initial_widths, scale_step
 
 __all__ = ["cmc"]
 
@@ -229,14 +231,16 @@ def _make_step(densities, between, Q, hmc, counts: _MoveCounts):
         target = (cum_Q[current] < rng.uniform(size=R)[:, None]).sum(axis=1)
         new_model = current.copy()
         for i in range(m):
-            # within-model HMC moves (λ = 1; ĝ cancels)
+            # within-model HMC and scale moves (λ = 1; ĝ cancels)
             rows = np.flatnonzero((current == i) & (target == i))
             if rows.size:
                 sub = kernels.HMCState(*(field[rows] for field in states[i]))
-                step_size, metric, mean_steps, max_leapfrog = hmc[i]
+                step_size, metric, mean_steps, max_leapfrog, pairs, widths = hmc[i]
                 n_leapfrog = kernels.leapfrog_steps(rng, mean_steps, max_leapfrog)
                 jitter = np.exp(rng.uniform(-0.1, 0.1, size=rows.size))
                 sub, info = kernels.hmc_step(rng, sub, densities[i], 1.0, step_size * jitter, metric, n_leapfrog)
+                if pairs:
+                    sub, _ = scale_step(rng, sub, densities[i], 1.0, pairs, widths)
                 states[i] = _set_rows(states[i], rows, sub)
                 counts.within_accept[i] += float(np.sum(info.acceptance_rate))
                 counts.within_moves[i] += rows.size
@@ -496,9 +500,13 @@ def cmc(
     rng = as_generator(random_seed)
     start = time.perf_counter()
     densities = _compile(named, backend)
+    pairs = [find_scale_pairs(density) for density in densities]
+    settings["scale_moves"] = {
+        name: [[p.scale_name, p.block_name, p.power] for p in model_pairs]
+        for name, model_pairs in zip(names, pairs) if model_pairs} or None
     compiled = time.perf_counter()
     with one_blas_thread():
-        pilots, proposals, between, hmc = _pilot_moves(rng, densities, layer, settings)
+        pilots, proposals, between, hmc = _pilot_moves(rng, densities, pairs, layer, settings)
         piloted = time.perf_counter()
         run = _run(rng, densities, pilots, between, hmc, Q, settings, progressbar)
     sampled = time.perf_counter()
@@ -583,16 +591,18 @@ def _compile(named: dict, backend: str) -> list:
     return densities
 
 
-def _pilot_moves(rng, densities, layer, settings: dict):
+def _pilot_moves(rng, densities, pairs, layer, settings: dict):
     """Pilot-run every model, and fit the moves to its draws.
 
     Returns the pilots, each model's independence proposal, the between-model move and each
-    model's HMC settings (step size, metric, mean leapfrog steps, their maximum).
+    model's within-model moves (HMC step size, metric, mean leapfrog steps, their maximum;
+    its scale moves' pairs, :func:`~pymc_evidence.scale_moves.find_scale_pairs`, and widths).
     """
     kernel_settings = {
         k: settings[k] for k in ("target_accept", "trajectory_length", "max_leapfrog")
     }
-    pilots = [_pilot(rng, d, settings["n_pilot"], 8, 4, kernel_settings) for d in densities]
+    pilots = [_pilot(rng, d, settings["n_pilot"], 8, 4, {**kernel_settings, "scale_pairs": p})
+              for d, p in zip(densities, pairs)]
     proposals = [
         DefensiveMixture(MultivariateT.fit(p.draws, nu=settings["proposal_nu"]), density,
                          settings["prior_share"])
@@ -605,7 +615,8 @@ def _pilot_moves(rng, densities, layer, settings: dict):
             densities, pilots, layer, settings["unit_proposal"], settings["proposal_nu"]
         )
     hmc = [(p.step_size, p.metric, settings["trajectory_length"] / p.step_size,
-            settings["max_leapfrog"]) for p in pilots]
+            settings["max_leapfrog"], model_pairs, initial_widths(model_pairs))
+           for p, model_pairs in zip(pilots, pairs)]
     return pilots, proposals, between, hmc
 
 
