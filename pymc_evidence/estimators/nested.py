@@ -80,7 +80,9 @@ def nested(
     ``num_inner_steps`` hit-and-run slice moves on the prior (with its Jacobians) restricted to
     :math:`L > L^*` (Yallup et al. 2026), all replacements in one batched call of the compiled
     density; directions come from the covariance of the live points, per cluster where the
-    contour splits into separated modes. Unlike a tempering path there is no phase
+    contour splits into separated modes. In a non-centred model every slice move is followed
+    by a Metropolis move of each scale with the block it scales, which keeps the likelihood
+    (:mod:`pymc_evidence.scale_moves`). Unlike a tempering path there is no phase
     transition to cross: the compression is by likelihood level, not temperature.
 
     Each run's error is the spread of log Z over simulated log-volume sequences (Higson et al.
