@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["ScalePair", "find_scale_pairs", "propose", "scale_step", "initial_widths"]
+__all__ = ["ScalePair", "find_scale_pairs", "describe", "propose", "scale_step", "initial_widths"]
 
 #: Exponents c tried for w = z · exp(−c·u): u the log of a precision (c = ½, 1) or of a scale
 #: (c = −½, −1).
@@ -102,6 +102,12 @@ def find_scale_pairs(density, draws: int = 4, step: float = 0.5) -> tuple[ScaleP
             pairs.append(ScalePair(int(offsets[i]), int(offsets[j]), int(offsets[j + 1]),
                                    power, density.names[i], density.names[j]))
     return tuple(pairs)
+
+
+def describe(pairs) -> list | None:
+    """The pairs as an estimator's ``settings["scale_moves"]`` lists them:
+    ``[scale, block, power]`` by value-variable names, or None when there are none."""
+    return [[p.scale_name, p.block_name, p.power] for p in pairs] or None
 
 
 def initial_widths(pairs) -> np.ndarray:

@@ -429,16 +429,17 @@ def gamma_precision_regression(dim=10, n_obs=50, shape=0.1, rate=0.1, noise_sd=0
     projected = u.T @ y
     residual = y @ y - projected @ projected  # the part of y outside X's column space
 
-    def log_integrand(log_alpha):
+    def log_integrand(log_alpha):  # a scalar for quad, an array for the grid
         alpha = np.exp(log_alpha)
-        variances = noise_sd**2 + singular**2 / alpha  # Σ(α)'s eigenvalues on X's columns
-        log_det = np.log(variances).sum() + (n_obs - dim) * np.log(noise_sd**2)
-        quadratic = (projected**2 / variances).sum() + residual / noise_sd**2
+        # Σ(α)'s eigenvalues on X's columns, one row per α
+        variances = noise_sd**2 + singular**2 / np.expand_dims(alpha, -1)
+        log_det = np.log(variances).sum(axis=-1) + (n_obs - dim) * np.log(noise_sd**2)
+        quadratic = (projected**2 / variances).sum(axis=-1) + residual / noise_sd**2
         log_normal = -0.5 * (n_obs * np.log(2.0 * np.pi) + log_det + quadratic)
-        return gamma_dist(shape, scale=1.0 / rate).logpdf(alpha) + log_alpha + log_normal
+        return gamma_dist.logpdf(alpha, shape, scale=1.0 / rate) + log_alpha + log_normal
 
     grid = np.linspace(-60.0, 60.0, 24001)
-    values = np.array([log_integrand(t) for t in grid])
+    values = log_integrand(grid)
     peak, shift = grid[np.argmax(values)], values.max()  # integrand O(1) near its peak
     integral, _ = quad(
         lambda t: np.exp(log_integrand(t) - shift), -60.0, 60.0,

@@ -35,7 +35,7 @@ from pymc_evidence.estimators._birth_death import (
 )
 from pymc_evidence.estimators._cmc_core import CMCCoreResult, cmc_core, delta_schedule
 from pymc_evidence.results import CMCResult, warn
-from pymc_evidence.scale_moves import find_scale_pairs, initial_widths, scale_step
+from pymc_evidence.scale_moves import describe, find_scale_pairs, initial_widths, scale_step
 
 __all__ = ["cmc"]
 
@@ -501,9 +501,8 @@ def cmc(
     start = time.perf_counter()
     densities = _compile(named, backend)
     pairs = [find_scale_pairs(density) for density in densities]
-    settings["scale_moves"] = {
-        name: [[p.scale_name, p.block_name, p.power] for p in model_pairs]
-        for name, model_pairs in zip(names, pairs) if model_pairs} or None
+    settings["scale_moves"] = {name: describe(model_pairs)
+                               for name, model_pairs in zip(names, pairs) if model_pairs} or None
     compiled = time.perf_counter()
     with one_blas_thread():
         pilots, proposals, between, hmc = _pilot_moves(rng, densities, pairs, layer, settings)

@@ -31,7 +31,7 @@ from pymc_evidence.estimators._nested_core import (
 from pymc_evidence.estimators._stepping_stone import lognormal_se, pooled_levels_bias, share_of
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
 from pymc_evidence.results import NestedResult, warn
-from pymc_evidence.scale_moves import find_scale_pairs
+from pymc_evidence.scale_moves import describe, find_scale_pairs
 from pymc_evidence.symmetry import MLPLayer, align_units, resolve_layers, sampling_layers
 
 __all__ = ["nested"]
@@ -266,8 +266,7 @@ def nested(
                          random_seed, bool(layers))
     settings["mlp_layers"] = [vars(layer) for layer in layers] or None
     settings["moves_check"] = moves_check
-    settings["scale_moves"] = [[p.scale_name, p.block_name, p.power]
-                               for p in find_scale_pairs(density)] or None
+    settings["scale_moves"] = describe(find_scale_pairs(density))
     messages: list[str] = []
     store = StateFile(checkpoint, run_key(settings, density, random_seed))
     saved = store.load()

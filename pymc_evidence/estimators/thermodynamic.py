@@ -41,7 +41,7 @@ from pymc_evidence.estimators._stepping_stone import (
 from pymc_evidence.estimators._tempering import Round, final_draws, power_ladder, run_round
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
 from pymc_evidence.results import ThermodynamicResult, warn
-from pymc_evidence.scale_moves import find_scale_pairs
+from pymc_evidence.scale_moves import describe, find_scale_pairs
 from pymc_evidence.symmetry import resolve_layers, sampling_layers
 
 __all__ = ["thermodynamic", "power_ladder"]
@@ -355,7 +355,7 @@ def thermodynamic(
         settings["target_cess"] = MLP_TARGET_CESS if layers else DEFAULT_TARGET_CESS
     settings["stall_rule"] = not layers
     scale_pairs = find_scale_pairs(density)
-    settings["scale_moves"] = [[p.scale_name, p.block_name, p.power] for p in scale_pairs] or None
+    settings["scale_moves"] = describe(scale_pairs)
     round_settings = _round_settings(settings, density, layers, scale_pairs)
     settings["mlp_layers"] = [vars(layer) for layer in layers] or None
     messages: list[str] = []
