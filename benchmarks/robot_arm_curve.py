@@ -3,8 +3,8 @@
 Runs ``examples/robot_arm.py`` (thermodynamic chaining and Laplace for each h, in parallel
 processes) with the given settings, times the whole run, and writes
 ``benchmarks/results/robot_arm_curve.md``: per h the chaining log evidence, its SE, whether the
-target SE was met, and the seconds spent; then the total. Issue #9's goal is h = 1…24 with
-SE ≤ 0.3 nat each in under 30 minutes on 2 cores.
+target SE was met, and the seconds spent; then the total, against the goal of h = 1…24
+with SE ≤ 0.3 nat each in under 30 minutes on 2 cores.
 
 Usage::
 

@@ -1,6 +1,6 @@
 """What SE ≤ 0.3 nat costs on the robot-arm MLP: the groups' spread against population size.
 
-The robot-arm curve (``robot_arm_curve.py``) reaches issue #9's SE ≤ 0.3 only for h ≤ 2. This
+The robot-arm curve (``robot_arm_curve.py``) reaches its target SE ≤ 0.3 only for h ≤ 2. This
 study asks what the rest would cost. It runs chaining as the curve does (``mlp_layers``, 4
 groups, ``target_cess=0.95``, seed = h) at h = 4 and 8 with 64, 128 and 256 particles per
 group, and records σ, the standard deviation of the groups' log-evidence estimates.

@@ -1,4 +1,4 @@
-"""The example scripts' quick modes (issue #7): they run, write their files, and get real numbers."""
+"""The example scripts' quick modes: they run, write their files, and get real numbers."""
 
 from __future__ import annotations
 
