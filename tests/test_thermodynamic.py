@@ -536,6 +536,38 @@ def test_an_effort_check_that_moves_warns_and_its_se_covers_the_move():
     messages = []
     _warn_on_effort(messages, longer._replace(unsettled=1.0), 0.08)
     assert "moves are too short" in messages[0] and "Raise max_transitions" in messages[0]
+    # A rise that did not halve: the SE is at least the whole rise over the levels.
+    rising = EffortCheck([], [level(64, 157.31, 0.70, 580), level(64, 158.01, 0.14, 1160),
+                              level(64, 159.48, 0.12, 2320)], "transitions", 1.47)
+    messages = []
+    assert _warn_on_effort(messages, rising, 0.1) == pytest.approx(159.48 - 157.31)
+    assert "the rise did not halve (+0.70, then +1.47 nats)" in messages[0]
+    halving = rising._replace(levels=rising.levels[:2] + [level(64, 158.2, 0.12, 2320)],
+                              unsettled=0.19)
+    assert _warn_on_effort([], halving, 0.1) == pytest.approx(0.19)
+
+
+def test_levels_settle_only_when_they_agree_and_the_lower_one_could_show_a_move():
+    """The robot-arm MLP with four hidden units, with the scale moves: 20 → 40 transitions per
+    stage moved the estimate within the band (0.70 < 2 × 0.71), but the first level's SE was
+    five times the second's, and 80 put the estimate 1.47 higher."""
+    from pymc_evidence.estimators._stepping_stone import Estimate
+    from pymc_evidence.estimators.thermodynamic import _settled
+
+    def estimate(log_z, se):
+        return Estimate(log_z, se, se, se, np.array([log_z]))
+
+    t20, t40, t80 = estimate(157.31, 0.70), estimate(158.01, 0.14), estimate(159.48, 0.12)
+    assert abs(t40.log_evidence - t20.log_evidence) < 2 * np.hypot(t20.se, t40.se)
+    assert not _settled(t20, t40)
+    assert not _settled(t40, t80)
+    # Liang's MLP with one hidden unit (seed 2): levels whose SEs differ as much as any
+    # calibrated fit's (ratio 1.58) settle.
+    assert _settled(estimate(-37.645, 0.060), estimate(-37.696, 0.038))
+    # Twice the particles explains an SE √2 times smaller: 2.8 times still settles.
+    assert _settled(estimate(-10.0, 0.28), estimate(-10.0, 0.1), shrink=np.sqrt(2))
+    assert not _settled(estimate(-10.0, 0.29), estimate(-10.0, 0.1), shrink=np.sqrt(2))
+    assert not _settled(estimate(-10.0, 0.1), estimate(-9.5, 0.1))  # beyond the band
 
 
 def test_the_lower_levels_share_of_the_pooled_evidence():

@@ -238,7 +238,7 @@ class ModeReference:
 
 #: Sweeps of HMC that first relax the population at the found mode, doubled until
 #: ``AGREEING_MOVES`` doublings in a row give estimates that agree (thermodynamic's
-#: effort-check band) or the sweeps reach the most.
+#: effort-check rule: the band and the lower level's noise) or the sweeps reach the most.
 REFERENCE_SWEEPS, MAX_REFERENCE_SWEEPS = 25, 400
 #: One agreement can be a pause in the rise: on the robot-arm MLP with three hidden units, a
 #: doubling that moved the estimate by 0.6 nats came after moves of 4.5 and 6.3, and in
