@@ -72,6 +72,10 @@ CASES = {
 #: Where importance sampling is a reference: on the robot arm the gamma hyperpriors put the
 #: posterior far from a t mixture (ESS 220 of 100,000 at h = 1).
 IMPORTANCE_CASES = [name for name in CASES if name.startswith("Liang")]
+#: References known to be low, with why: the table gives no z against them.
+STALE_REFERENCES = {
+    "robot arm h=4": "stale: made with the stall rule; the evidence is at least 159.5",
+}
 ROLES = ("defaults", "doubled", "importance", "chaining 8x", "nested", "nested 8x", "ladder 0.8",
          "ladder 0.8, doubled", "ladder 0.8, chaining 8x", "unaligned", "unaligned, doubled")
 #: The settings calibrated: fits, the same seeds with twice the particles, and a short label.
@@ -385,6 +389,8 @@ def summarise(table: pd.DataFrame, command: str) -> str:
     ]
     for name, rows in table.groupby("case", sort=False):
         ref, ref_se, note = reference(rows)
+        if name in STALE_REFERENCES:
+            ref, ref_se, note = np.nan, np.nan, STALE_REFERENCES[name]
         for role, (doubled_role, label) in SETTINGS.items():
             fits = rows[rows["role"] == role]
             if not fits.empty:
