@@ -501,6 +501,61 @@ def test_on_an_mlp_the_effort_check_doubles_the_moves_and_resumes_identically(tm
     assert resumed.log_evidence == res.log_evidence
 
 
+class _Stopped(Exception):
+    """Stands for a session stopped part-way through a round."""
+
+
+def _stop_tuned_rounds(monkeypatch, after_stages):
+    """run_round, whose rounds on the first round's tuning (extra groups, effort-check levels)
+    stop once ``after_stages`` stages are saved while ``armed[0]``; ``resumed`` collects the
+    rounds so far those rounds were handed to go on from."""
+    real, armed, resumed = thermodynamic_module.run_round, [True], []
+
+    def run_round(*args, partial=None, on_stage=None, **kwargs):
+        tuning = kwargs["tuning"] if "tuning" in kwargs else args[5]
+        if tuning is None:  # the first round
+            return real(*args, partial=partial, on_stage=on_stage, **kwargs)
+        if partial is not None:
+            resumed.append(len(partial.stages))
+
+        def stage_saved(current):
+            on_stage(current)
+            if armed[0] and len(current.stages) == after_stages:
+                raise _Stopped
+
+        return real(*args, partial=partial, on_stage=stage_saved, **kwargs)
+
+    monkeypatch.setattr(thermodynamic_module, "run_round", run_round)
+    return armed, resumed
+
+
+@pytest.mark.parametrize("case", ["extra groups", "effort check"])
+def test_a_run_stopped_part_way_through_a_round_goes_on_from_its_last_stage(case, tmp_path,
+                                                                            monkeypatch):
+    """Extra groups (in one process) and effort-check levels are saved after every stage: a
+    resumed run goes on from the last one saved and gives what an unstopped run gives."""
+    if case == "extra groups":
+        model, _ = testing.beta_binomial()
+        options = dict(n_particles=64, n_groups=2, max_groups=8, target_se=1e-3,
+                       effort_check=False, ladder=power_ladder(12), cores=1)
+    else:
+        model = testing.robot_arm_mlp(1)
+        options = dict(ladder=power_ladder(30), n_particles=32, n_groups=2, max_groups=4,
+                       max_transitions=3, target_se=None, effort_check=True, mode_search=False)
+    options.update(random_seed=5, progressbar=False)
+    unstopped = pm_evidence.thermodynamic(model, **options)
+    armed, resumed = _stop_tuned_rounds(monkeypatch, after_stages=4)
+    path = tmp_path / "run.ckpt"
+    with pytest.raises(_Stopped):
+        pm_evidence.thermodynamic(model, checkpoint=path, **options)
+    armed[0] = False
+    result = pm_evidence.thermodynamic(model, checkpoint=path, **options)
+    assert resumed == [4]
+    assert result.log_evidence == unstopped.log_evidence and result.se == unstopped.se
+    assert result.n_groups == unstopped.n_groups
+    assert result.effort_log_evidence == unstopped.effort_log_evidence
+
+
 def test_an_effort_check_that_moves_warns_and_its_se_covers_the_move():
     from pymc_evidence.estimators._stepping_stone import Estimate
     from pymc_evidence.estimators.thermodynamic import EffortCheck, EffortLevel, _warn_on_effort
@@ -542,9 +597,15 @@ def test_an_effort_check_that_moves_warns_and_its_se_covers_the_move():
     messages = []
     assert _warn_on_effort(messages, rising, 0.1) == pytest.approx(159.48 - 157.31)
     assert "the rise did not halve (+0.70, then +1.47 nats)" in messages[0]
-    halving = rising._replace(levels=rising.levels[:2] + [level(64, 158.2, 0.12, 2320)],
-                              unsettled=0.19)
-    assert _warn_on_effort([], halving, 0.1) == pytest.approx(0.19)
+    halving = EffortCheck([], [level(64, 157.31, 0.70, 580), level(64, 158.01, 0.05, 1160),
+                               level(64, 158.31, 0.05, 2320)], "transitions", 0.30)
+    assert _warn_on_effort([], halving, 0.1) == pytest.approx(0.30)
+    # The budget ended on a pair refused for the lower level's noise alone (a move of 0.70
+    # within the band): the SE is at least the move plus its noise.
+    noisy = EffortCheck([], rising.levels[:2], "transitions", 0.70)
+    messages = []
+    assert _warn_on_effort(messages, noisy, 0.1) == pytest.approx(0.70 + np.hypot(0.70, 0.14))
+    assert "too noisy (SE 0.70 against 0.14)" in messages[0]
 
 
 def test_levels_settle_only_when_they_agree_and_the_lower_one_could_show_a_move():

@@ -209,9 +209,10 @@ def thermodynamic(
         :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}` (w: the lower level's
         share of the pooled Z; if doubling the effort at least halves a bias, this bounds the
         bias left, so the SE can exceed ``target_se``); if the budget ends first, the last level
-        is reported with a warning, its SE at least the last move, or, when the last rise was
-        more than half the one before (so that no halving bounds the rise to come), at least
-        the whole rise over the levels. ``"auto"`` checks when the posterior shows signs of
+        is reported with a warning, its SE at least the last move (plus its noise, when the
+        move was within the band and the lower level's noise alone kept the check going), or,
+        when the last rise was more than half the one before (so that no halving bounds the
+        rise to come), at least the whole rise over the levels. ``"auto"`` checks when the posterior shows signs of
         separated modes: an MLP (``mlp_layers`` given or recognised in the model's graph) or
         groups that disagree beyond their within-group errors. The levels
         are in ``effort_particles``, ``effort_transitions``, ``effort_log_evidence`` and
@@ -243,13 +244,14 @@ def thermodynamic(
         ``timing["mode_search"]``.
     checkpoint : str or path, optional
         File where every finished stage is saved (atomically, with the random generator's
-        state), and, when the mode search found a mode to temper from, every sweep and stage
-        of that tempering. If it exists, the run resumes after its last finished stage and
-        returns exactly what an uninterrupted run would (the search itself runs again, in
-        seconds to a few minutes); a finished run is returned without sampling. A
-        checkpoint written with other settings (defaults included) or another model raises an
-        error that names what differs. The result's
-        ``timing["sampling"]`` counts the sampling of every session that worked on the run
+        state; extra groups run in worker processes, see ``cores``, are saved as each chunk
+        of them finishes), and, when the mode search found a mode to temper from, every
+        sweep and stage of that tempering. If it exists, the run resumes after its last
+        saved stage and returns exactly what an uninterrupted run would (the search itself
+        runs again, in seconds to a few minutes); a finished run is returned without
+        sampling. A checkpoint written with other settings (defaults included) or another
+        model raises an error that names what differs. The result's ``timing["sampling"]``
+        counts the sampling of every session that worked on the run
         (``timing["earlier_sessions"]``: the part before this call).
     backend : {"c", "numba"}, default "c"
         PyTensor backend for the compiled density.
@@ -449,9 +451,32 @@ def _resume(store: StateFile, rng) -> tuple[list, list]:
     return saved["rounds"], saved.get("checks", [])
 
 
-def _save(store: StateFile, rng, rounds, checks=(), rng_state=None) -> None:
+def _save(store: StateFile, rng, rounds, checks=(), rng_state=None, unfinished=None) -> None:
+    """``unfinished``: the slot of a round saved part-way (in ``rounds``, or ("check", k) in
+    ``checks``) and its own generator's state, from which a resumed run goes on."""
     state = rng.bit_generator.state if rng_state is None else rng_state
-    store.save({"rng": state, "rounds": rounds, "checks": list(checks)})
+    store.save({"rng": state, "rounds": rounds, "checks": list(checks),
+                "unfinished": unfinished})
+
+
+def _go_on(store: StateFile, slot, saved, seed, fits):
+    """The generator and the round so far to go on from: the checkpoint's round in ``slot``,
+    saved part-way, when ``fits(saved)``, with its generator as it was saved; else a new
+    generator from ``seed`` and None."""
+    unfinished = (store.state or {}).get("unfinished")
+    if saved is None or unfinished is None or unfinished["slot"] != slot or not fits(saved):
+        return np.random.default_rng(seed), None
+    rng = np.random.default_rng(seed)
+    rng.bit_generator.state = unfinished["rng"]
+    return rng, saved
+
+
+def _part_of(saved: Round, particles: int, transitions: list) -> bool:
+    """Whether a round saved part-way ran ``particles`` per group and began with these
+    transitions at its stages."""
+    done = [stage.move.n_transitions for stage in saved.stages]
+    return (saved.final_log_weights.shape[1] == particles and len(done) < len(transitions)
+            and done == transitions[:len(done)])
 
 
 def _first_round(rng, store, rounds, density, n_groups, n_particles, ladder, round_settings,
@@ -700,8 +725,18 @@ def _effort_check(rng, store, rounds, checks, after_first, level, density, ladde
         if k > len(checks) or not _is_level(checks[k - 1], size, planned):
             bar.new_round(f"effort check, {size} particles" if doubled == "particles"
                           else f"effort check, {2**k}× the transitions")
-            checks[k - 1:] = [run_round(np.random.default_rng(seed), density, n_groups,
-                                        size, ladder, level_tuning, round_settings, bar.update)]
+            slot = ("check", k - 1)
+            level_rng, partial = _go_on(store, slot, checks[k - 1] if k <= len(checks) else None,
+                                        seed, lambda saved: _part_of(saved, size, planned))
+
+            def save_stage(current, slot=slot, level_rng=level_rng):
+                checks[slot[1]:] = [current]
+                _save(store, rng, rounds, checks, rng_state=after_first,
+                      unfinished={"slot": slot, "rng": level_rng.bit_generator.state})
+
+            checks[k - 1:] = [run_round(level_rng, density, n_groups, size, ladder,
+                                        level_tuning, round_settings, bar.update,
+                                        partial=partial, on_stage=save_stage)]
             _save(store, rng, rounds, checks, rng_state=after_first)
         current_level = [checks[k - 1]]
         current = stepping_stone(*round_increments(current_level))
@@ -999,10 +1034,24 @@ def _run_chunks(rng, store, rounds, saved, after_first, model, density, backend,
     fork = fork_is_safe()
     workers = n_workers(cores, expected, len(todo), fork)
     if workers <= 1:
+        # One process: a chunk is also saved after every stage, and a resumed run goes on
+        # from its last one (worker processes save a chunk when it is finished).
+        planned = [move.suggested_transitions for move in args["tuning"]]
         for i in todo:
             bar.new_round(first_number + i)
-            chunk = run_round(np.random.default_rng(seeds[i]), density, sizes[i],
-                              progress=bar.update, **args)
+            chunk_rng, partial = _go_on(
+                store, len(rounds) + i, saved[i], seeds[i],
+                lambda part, i=i: part.final_log_weights.shape == shape[i]
+                and _part_of(part, shape[i][1], planned))
+
+            def save_stage(current, i=i, chunk_rng=chunk_rng):
+                chunks[i] = current
+                _save(store, rng, [*rounds, *chunks], rng_state=after_first,
+                      unfinished={"slot": len(rounds) + i,
+                                  "rng": chunk_rng.bit_generator.state})
+
+            chunk = run_round(chunk_rng, density, sizes[i], progress=bar.update,
+                              partial=partial, on_stage=save_stage, **args)
             finished(i, chunk)
         return chunks
 
@@ -1102,9 +1151,10 @@ def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float
     report.
 
     Unsettled: at least the last move δ, which bounds the bias left if each doubling at least
-    halves it; when the last rise was more than half the one before, nothing bounds it, and
-    the SE is at least the whole rise over the levels (a floor, not a bound, which the warning
-    says). Settled: the last doubling moved the estimate by δ, with noise c (the two levels'
+    halves it, or δ plus its noise c when the move was within the band and the lower level's
+    noise alone kept the check going (δ then bounds the true move only to within c); when the
+    last rise was more than half the one before, nothing bounds it, and the SE is at least the
+    whole rise over the levels (a floor, not a bound, which the warning says). Settled: the last doubling moved the estimate by δ, with noise c (the two levels'
     SEs combined), and the SE adds the bound on the pooled levels' bias,
     :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}` with w =
     ``lower_share`` (:func:`~._stepping_stone.pooled_levels_bias`).
@@ -1119,6 +1169,16 @@ def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float
         advice = ("Raise max_transitions (and max_groups)." if moves else
                   "Raise n_particles (and max_groups); on an MLP pass mlp_layers.")
         floor, reach = abs(effort.unsettled), "it may still be low"
+        lower, upper = (level.estimate for level in levels[-2:])
+        noise = float(np.hypot(lower.se, upper.se))
+        if -_MOVE_DOWN * noise <= effort.unsettled <= _MOVE_UP * noise:
+            # Refused for the lower level's noise alone: the move measured bounds the true
+            # one only to within that noise.
+            floor = abs(effort.unsettled) + noise
+            reach = (f"the level before the last was too noisy (SE {lower.se:.2f} against "
+                     f"{upper.se:.2f}) for the move to show that the estimate settled, so the "
+                     f"SE is at least the move plus its noise ({floor:.2f} nats); it may "
+                     "still be low")
         rises = np.diff([level.estimate.log_evidence for level in levels])
         if rises.size > 1 and rises[-1] > 0 and rises[-1] > rises[-2] / 2:
             floor = max(floor, float(levels[-1].estimate.log_evidence
