@@ -246,13 +246,13 @@ def thermodynamic(
         File where every finished stage is saved (atomically, with the random generator's
         state; extra groups run in worker processes, see ``cores``, are saved as each chunk
         of them finishes), and, when the mode search found a mode to temper from, every
-        sweep and stage of that tempering. If it exists, the run resumes after its last
-        saved stage and returns exactly what an uninterrupted run would (the search itself
-        runs again, in seconds to a few minutes); a finished run is returned without
-        sampling. A checkpoint written with other settings (defaults included) or another
-        model raises an error that names what differs. The result's ``timing["sampling"]``
-        counts the sampling of every session that worked on the run
-        (``timing["earlier_sessions"]``: the part before this call).
+        sweep and stage of that tempering (its extra groups as each chunk finishes). If it
+        exists, the run resumes after its last saved stage and returns exactly what an
+        uninterrupted run would (the search itself runs again, in seconds to a few
+        minutes); a finished run is returned without sampling. A checkpoint written with
+        other settings (defaults included) or another model raises an error that names what
+        differs. The result's ``timing["sampling"]`` counts the sampling of every session
+        that worked on the run (``timing["earlier_sessions"]``: the part before this call).
     backend : {"c", "numba"}, default "c"
         PyTensor backend for the compiled density.
     cores : int, optional
