@@ -212,11 +212,11 @@ def thermodynamic(
         is reported with a warning, its SE at least the last move (plus its noise, when the
         move was within the band and the lower level's noise alone kept the check going), or,
         when the last rise was more than half the one before (so that no halving bounds the
-        rise to come), at least the whole rise over the levels. ``"auto"`` checks when the posterior shows signs of
-        separated modes: an MLP (``mlp_layers`` given or recognised in the model's graph) or
-        groups that disagree beyond their within-group errors. The levels
-        are in ``effort_particles``, ``effort_transitions``, ``effort_log_evidence`` and
-        ``effort_se``.
+        rise to come), at least the whole rise over the levels. ``"auto"`` checks when the
+        posterior shows signs of separated modes: an MLP (``mlp_layers`` given or recognised
+        in the model's graph) or groups that disagree beyond their within-group errors. The
+        levels are in ``effort_particles``, ``effort_transitions``, ``effort_log_evidence``
+        and ``effort_se``.
     mode_search : {"auto", True, False} or int, default "auto"
         After sampling, maximise log p(θ, D) from prior draws (an integer: how many; True:
         32) and from the 8 particles of highest log p(θ, D). A mode from the prior draws more
@@ -1154,8 +1154,9 @@ def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float
     halves it, or δ plus its noise c when the move was within the band and the lower level's
     noise alone kept the check going (δ then bounds the true move only to within c); when the
     last rise was more than half the one before, nothing bounds it, and the SE is at least the
-    whole rise over the levels (a floor, not a bound, which the warning says). Settled: the last doubling moved the estimate by δ, with noise c (the two levels'
-    SEs combined), and the SE adds the bound on the pooled levels' bias,
+    whole rise over the levels (a floor, not a bound, which the warning says). Settled: the
+    last doubling moved the estimate by δ, with noise c (the two levels' SEs combined), and
+    the SE adds the bound on the pooled levels' bias,
     :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}` with w =
     ``lower_share`` (:func:`~._stepping_stone.pooled_levels_bias`).
     """
