@@ -250,8 +250,8 @@ class Killed(Exception):
 def test_a_killed_tempering_from_the_mode_resumes_to_the_same_result(two_bumps_model,
                                                                       monkeypatch, tmp_path):
     """The tempering from the mode saves its progress beside the tempering from the prior:
-    stopped during the relaxation, during a level's tempering and between the extra groups,
-    it goes on from there to the uninterrupted result."""
+    stopped during the relaxation, during a level's tempering, during and between the extra
+    groups, it goes on from there to the uninterrupted result."""
     monkeypatch.setattr(thermodynamic_module, "_unreached_matters", lambda *args: True)
     monkeypatch.setattr(thermodynamic_module, "temper_from_mode", levels_rising_by(0.0))
     options = dict(mode_search=16, random_seed=3, target_se=0.01, max_groups=12,
@@ -264,6 +264,7 @@ def test_a_killed_tempering_from_the_mode_resumes_to_the_same_result(two_bumps_m
         from_mode = state.get("from_mode")
         progress = from_mode and from_mode["progress"]
         kinds.append("prior" if from_mode is None
+                     else "more stage" if from_mode.get("partial") is not None
                      else "more" if from_mode["more"]
                      else "relaxation" if progress.gaussian is None
                      else "stage" if progress.round is not None and progress.round.stages
@@ -274,10 +275,11 @@ def test_a_killed_tempering_from_the_mode_resumes_to_the_same_result(two_bumps_m
         uninterrupted = pm_evidence.thermodynamic(two_bumps_model,
                                                   checkpoint=tmp_path / "whole.ckpt", **options)
     assert uninterrupted.n_groups == 12
-    # stop after the 2nd relaxation sweep, in the middle of the second level's tempering and
-    # after the first chunk of extra groups
+    # stop after the 2nd relaxation sweep, in the middle of the second level's tempering, in
+    # the middle of the first chunk of extra groups and after it
     stops = [kinds.index("relaxation") + 1,
              [i for i, kind in enumerate(kinds) if kind == "stage"][-3],
+             [i for i, kind in enumerate(kinds) if kind == "more stage"][2],
              kinds.index("more")]
     written = []
 

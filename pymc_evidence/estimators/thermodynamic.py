@@ -246,13 +246,13 @@ def thermodynamic(
         File where every finished stage is saved (atomically, with the random generator's
         state; extra groups run in worker processes, see ``cores``, are saved as each chunk
         of them finishes), and, when the mode search found a mode to temper from, every
-        sweep and stage of that tempering (its extra groups as each chunk finishes). If it
-        exists, the run resumes after its last saved stage and returns exactly what an
-        uninterrupted run would (the search itself runs again, in seconds to a few
-        minutes); a finished run is returned without sampling. A checkpoint written with
-        other settings (defaults included) or another model raises an error that names what
-        differs. The result's ``timing["sampling"]`` counts the sampling of every session
-        that worked on the run (``timing["earlier_sessions"]``: the part before this call).
+        sweep and stage of that tempering. If it exists, the run resumes after its last
+        saved stage and returns exactly what an uninterrupted run would (the search itself
+        runs again, in seconds to a few minutes); a finished run is returned without
+        sampling. A checkpoint written with other settings (defaults included) or another
+        model raises an error that names what differs. The result's ``timing["sampling"]``
+        counts the sampling of every session that worked on the run
+        (``timing["earlier_sessions"]``: the part before this call).
     backend : {"c", "numba"}, default "c"
         PyTensor backend for the compiled density.
     cores : int, optional
@@ -885,8 +885,10 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
          "is low. The estimate is from tempering that starts at a reference built at the mode "
          f"(levels: {_reference_text(reached.levels)}); cross-check with nested().")
     ladder = np.array([0.0] + [stage.lam for stage in reached.last_round.stages])
-    more = _more_groups_from_mode(rng, reached, ladder, settings, progressbar,
-                                  list(from_mode["more"]), lambda chunks: save(more=list(chunks)))
+    more = _more_groups_from_mode(
+        rng, reached, ladder, settings, progressbar, list(from_mode["more"]),
+        from_mode.get("partial"),
+        lambda chunks, partial=None: save(more=list(chunks), partial=partial))
     rounds = [reached.last_round, *more]
     timing["reference"] = time.perf_counter() - begun
     unchecked = EffortCheck(rounds, [], "particles", None)
@@ -932,12 +934,14 @@ def _saved_from_mode(store, search: ModeSearch, prior_starts: int) -> dict | Non
     return saved
 
 
-def _more_groups_from_mode(rng, reached, ladder, settings, progressbar, chunks,
-                           on_chunk) -> list:
+def _more_groups_from_mode(rng, reached, ladder, settings, progressbar, chunks, partial,
+                           on_save) -> list:
     """Groups tempered from the last reference on its ladder, ``n_groups`` at a time, until
     the pooled SE reaches ``target_se`` (at most ``max_groups`` in all), as the tempering from
     the prior runs them; one process, since the reference lives only in this one. ``chunks``:
-    those a checkpoint kept; ``on_chunk(chunks)`` is called as each one finishes."""
+    those a checkpoint kept, and ``partial`` the next one as far as it got;
+    ``on_save(chunks, partial)`` is called after every stage of a chunk and
+    ``on_save(chunks)`` as each one finishes."""
     n_groups, target_se = settings["n_groups"], settings["target_se"]
     se = reached.levels[-1][1].se
     # An estimate still moving has an SE of at least its move: more groups would not help.
@@ -951,9 +955,14 @@ def _more_groups_from_mode(rng, reached, ladder, settings, progressbar, chunks,
         for k, size in enumerate(_chunk_sizes(extra, n_groups)[len(chunks):],
                                  start=2 + len(chunks)):
             bar.new_round(f"from the mode, round {k}")
+            if partial is not None and partial.final_log_weights.shape[0] != size:
+                partial = None
             chunks.append(run_round(rng, reached.reference, size, settings["n_particles"],
-                                    ladder, tuning, reached.round_settings, bar.update))
-            on_chunk(chunks)
+                                    ladder, tuning, reached.round_settings, bar.update,
+                                    partial=partial,
+                                    on_stage=lambda current: on_save(chunks, current)))
+            partial = None
+            on_save(chunks)
     bar.close()
     return chunks
 
