@@ -459,23 +459,23 @@ def _save(store: StateFile, rng, rounds, checks=(), rng_state=None, unfinished=N
                 "unfinished": unfinished})
 
 
-def _go_on(store: StateFile, slot, saved, seed, fits):
+def _go_on(store: StateFile, slot, saved, seed, shape, transitions):
     """The generator and the round so far to go on from: the checkpoint's round in ``slot``,
-    saved part-way, when ``fits(saved)``, with its generator as it was saved; else a new
+    saved part-way, when it ran groups of this ``shape`` (groups, particles) and began with
+    these ``transitions`` at its stages, with its generator as it was saved; else a new
     generator from ``seed`` and None."""
     unfinished = (store.state or {}).get("unfinished")
-    if saved is None or unfinished is None or unfinished["slot"] != slot or not fits(saved):
+    if (saved is None or unfinished is None or unfinished["slot"] != slot
+            or not _part_of(saved, shape, transitions)):
         return np.random.default_rng(seed), None
     rng = np.random.default_rng(seed)
     rng.bit_generator.state = unfinished["rng"]
     return rng, saved
 
 
-def _part_of(saved: Round, particles: int, transitions: list) -> bool:
-    """Whether a round saved part-way ran ``particles`` per group and began with these
-    transitions at its stages."""
+def _part_of(saved: Round, shape: tuple, transitions: list) -> bool:
     done = [stage.move.n_transitions for stage in saved.stages]
-    return (saved.final_log_weights.shape[1] == particles and len(done) < len(transitions)
+    return (saved.final_log_weights.shape == shape and len(done) < len(transitions)
             and done == transitions[:len(done)])
 
 
@@ -678,13 +678,17 @@ _MOVE_UP, _MOVE_DOWN = 2.0, 3.0
 _NOISIER_LOWER_LEVEL = 2.0
 
 
+def _in_band(move: float, noise: float) -> bool:
+    """A move within the band above, for the two levels' SEs combined (``noise``)."""
+    return bool(-_MOVE_DOWN * noise <= move <= _MOVE_UP * noise)
+
+
 def _settled(previous, current, shrink: float = 1.0) -> bool:
     """Two estimates (with ``log_evidence`` and ``se``) agree within the band above, and the
     lower one (``previous``) is not too noisy to tell (``shrink``: its SE's expected ratio to
     the higher's)."""
-    move = current.log_evidence - previous.log_evidence
-    combined = float(np.hypot(current.se, previous.se))
-    in_band = -_MOVE_DOWN * combined <= move <= _MOVE_UP * combined
+    in_band = _in_band(current.log_evidence - previous.log_evidence,
+                       float(np.hypot(current.se, previous.se)))
     return bool(in_band and previous.se <= _NOISIER_LOWER_LEVEL * shrink * current.se)
 
 
@@ -727,7 +731,7 @@ def _effort_check(rng, store, rounds, checks, after_first, level, density, ladde
                           else f"effort check, {2**k}× the transitions")
             slot = ("check", k - 1)
             level_rng, partial = _go_on(store, slot, checks[k - 1] if k <= len(checks) else None,
-                                        seed, lambda saved: _part_of(saved, size, planned))
+                                        seed, (n_groups, size), planned)
 
             def save_stage(current, slot=slot, level_rng=level_rng):
                 checks[slot[1]:] = [current]
@@ -1048,10 +1052,8 @@ def _run_chunks(rng, store, rounds, saved, after_first, model, density, backend,
         planned = [move.suggested_transitions for move in args["tuning"]]
         for i in todo:
             bar.new_round(first_number + i)
-            chunk_rng, partial = _go_on(
-                store, len(rounds) + i, saved[i], seeds[i],
-                lambda part, i=i: part.final_log_weights.shape == shape[i]
-                and _part_of(part, shape[i][1], planned))
+            chunk_rng, partial = _go_on(store, len(rounds) + i, saved[i], seeds[i], shape[i],
+                                        planned)
 
             def save_stage(current, i=i, chunk_rng=chunk_rng):
                 chunks[i] = current
@@ -1181,7 +1183,7 @@ def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float
         floor, reach = abs(effort.unsettled), "it may still be low"
         lower, upper = (level.estimate for level in levels[-2:])
         noise = float(np.hypot(lower.se, upper.se))
-        if -_MOVE_DOWN * noise <= effort.unsettled <= _MOVE_UP * noise:
+        if _in_band(effort.unsettled, noise):
             # Refused for the lower level's noise alone: the move measured bounds the true
             # one only to within that noise.
             floor = abs(effort.unsettled) + noise
