@@ -445,6 +445,8 @@ def test_an_mlps_layers_are_recognised_and_used_unless_declined():
     assert res.settings["mlp_layers"] == [vars(testing.ROBOT_ARM_LAYER)]
     assert res.settings["target_cess"] == 0.95 and res.settings["stall_rule"] is False
     assert res.effort_particles == ()  # max_groups = n_groups leaves no budget to double
+    assert any("effort check did not run" in w and "max_groups >= 4 to check it" in w
+               for w in res.warnings)
     declined = pm_evidence.thermodynamic(model, mlp_layers=None, **options)
     assert declined.settings["mlp_layers"] is None
     assert declined.settings["target_cess"] == 0.8 and declined.settings["stall_rule"] is True
@@ -660,6 +662,18 @@ def test_groups_whose_log_evidences_spread_too_wide_are_replaced_by_larger_ones(
     assert res.n_groups == 8  # max_groups × n_particles = 256 particles in groups of 32
     assert res.posterior["w"].shape[:2] == (8, 32)
     assert_close_to_exact(res, exact)
+
+
+def test_resized_groups_leave_the_effort_check_a_doubling():
+    """At the defaults (4 groups, 32 × 256 particles) groups grow to 1024, not 2048, so that
+    the check can still double their effort; without the check they may take it all."""
+    from pymc_evidence.estimators.thermodynamic import _largest_group
+
+    defaults = dict(n_particles=256, n_groups=4, max_groups=32, effort_check="auto")
+    assert _largest_group(defaults) == 1024
+    assert _largest_group(dict(defaults, effort_check=False)) == 2048
+    assert _largest_group(dict(defaults, max_groups=8)) == 256
+    assert _largest_group(dict(defaults, max_groups=4)) == 256
 
 
 def test_the_group_size_predicted_from_the_groups_spread():

@@ -134,10 +134,11 @@ def thermodynamic(
         Particles per group. When the groups' log evidences vary by more than a nat²
         (judged on the first round, and again after the extra groups), groups with enough
         more particles to bring the variance to a half, which falls as 1 / particles, replace
-        them (a power-of-two multiple, within ``max_groups × n_particles`` particles), with a
-        warning: groups that spread wider give an average that rests on the few highest, and
-        that average and its SE come out low together (on the robot-arm MLP with four hidden
-        units, one fit of five 3.1 SE low with groups of 256).
+        them (a power-of-two multiple, within half of ``max_groups × n_particles`` particles,
+        which leaves the effort check one doubling, or all of it with ``effort_check=False``),
+        with a warning: groups that spread wider give an average that rests on the few
+        highest, and that average and its SE come out low together (on the robot-arm MLP
+        with four hidden units, one fit of five 3.1 SE low with groups of 256).
     n_groups : int, default 4
         Independent groups in the first round (each is its own SMC population).
     max_groups : int, default 32
@@ -214,9 +215,10 @@ def thermodynamic(
         when the last rise was more than half the one before (so that no halving bounds the
         rise to come), at least the whole rise over the levels. ``"auto"`` checks when the
         posterior shows signs of separated modes: an MLP (``mlp_layers`` given or recognised
-        in the model's graph) or groups that disagree beyond their within-group errors. The
-        levels are in ``effort_particles``, ``effort_transitions``, ``effort_log_evidence``
-        and ``effort_se``.
+        in the model's graph) or groups that disagree beyond their within-group errors. When
+        ``max_groups`` leaves no room for a doubling, a warning says that the check did not
+        run. The levels are in ``effort_particles``, ``effort_transitions``,
+        ``effort_log_evidence`` and ``effort_se``.
     mode_search : {"auto", True, False} or int, default "auto"
         After sampling, maximise log p(θ, D) from prior draws (an integer: how many; True:
         32) and from the 8 particles of highest log p(θ, D). A mode from the prior draws more
@@ -386,6 +388,8 @@ def thermodynamic(
         if _check_wanted(effort_check, layers, level):
             effort = _effort_check(rng, store, rounds, checks, after_first, level, density,
                                    ladder, round_settings, settings, bar)
+            if not effort.levels:
+                _warn_on_unchecked(messages, level, settings)
     bar.close()
     sampled = time.perf_counter()
 
@@ -510,8 +514,9 @@ def _sized_groups(rng, store, rounds, after_first, model, density, backend, ladd
                   round_settings, settings, cores, first_seconds, bar, messages) -> list:
     """Groups on the first round's ladder and tuning, large enough that their log evidences
     vary by at most ``_MAX_GROUP_LOG_VAR`` and as many as ``target_se`` asks for, within
-    ``max_groups × n_particles`` particles; returns the rounds of the last size, which the
-    estimate pools.
+    ``max_groups × n_particles`` particles (half of it unless ``effort_check`` is False, so
+    that the check can double their effort once); returns the rounds of the last size, which
+    the estimate pools.
 
     The groups' spread is judged on the first round and again after the extra groups: when
     it is too wide, ``n_groups`` groups with enough more particles replace the level (a
@@ -522,7 +527,7 @@ def _sized_groups(rng, store, rounds, after_first, model, density, backend, ladd
     saved, rounds[1:] = list(rounds[1:]), []
     n_particles, n_groups = settings["n_particles"], settings["n_groups"]
     budget = settings["max_groups"] * n_particles
-    largest = n_particles * 2 ** int(np.floor(np.log2(settings["max_groups"] / n_groups)))
+    largest = _largest_group(settings)
     level, particles, extended, spreads = rounds[:1], n_particles, False, []
     # The first round is cheap to replace and judged by its spread alone.
     confidence = None
@@ -554,6 +559,16 @@ def _sized_groups(rng, store, rounds, after_first, model, density, backend, ladd
     if spreads:
         _warn_on_group_size(messages, spreads, particles)
     return level
+
+
+def _largest_group(settings) -> int:
+    """The most particles a group may be resized to: ``n_groups`` of them fit in the budget,
+    twice over unless ``effort_check`` is False. Groups that took the whole budget would
+    leave the check no doubling: on the robot-arm MLP with four hidden units they grew to
+    2048 particles, and the check, which doubles the moves there, did not run."""
+    reserved = 0 if settings["effort_check"] is False else 1
+    doublings = int(np.floor(np.log2(settings["max_groups"] / settings["n_groups"])))
+    return settings["n_particles"] * 2 ** max(0, doublings - reserved)
 
 
 def _group_particles(per_group: np.ndarray, particles: int, largest: int,
@@ -750,6 +765,20 @@ def _effort_check(rng, store, rounds, checks, after_first, level, density, ladde
             return EffortCheck(previous_rounds + current_level, levels, doubled, None)
         previous_rounds, previous = current_level, current
     return EffortCheck(previous_rounds, levels, doubled, move)
+
+
+def _warn_on_unchecked(messages, level, settings) -> None:
+    """The effort check was wanted but ``max_groups`` left it no doubling."""
+    particles = level[0].final_log_weights.shape[1]
+    enough = int(np.ceil(2 * settings["n_groups"] * particles / settings["n_particles"]))
+    warn(
+        messages,
+        f"the effort check did not run: max_groups × n_particles ({settings['max_groups']} × "
+        f"{settings['n_particles']}) leaves no room to double the effort of "
+        f"{settings['n_groups']} groups of {particles} particles. Unchecked, an estimate on "
+        "a posterior with separated modes (such as an MLP's) can be low by more than its SE; "
+        f"pass max_groups >= {enough} to check it.",
+    )
 
 
 def _is_level(saved: Round, particles: int, transitions: list) -> bool:
