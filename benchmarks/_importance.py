@@ -99,7 +99,15 @@ def importance_log_evidence(density, layer, hidden_units, posterior_draws, rng,
     log_prior, log_likelihood = density.log_densities(posterior_draws)
     reference = posterior_draws[np.argmax(log_prior + log_likelihood)]
     aligned = align_units(density, [layer], reference, posterior_draws)
-    proposal = _Proposal(aligned, symmetry_group(density, layer, hidden_units), rng)
+    return importance_from_aligned(density, aligned, symmetry_group(density, layer, hidden_units),
+                                   rng, n_draws, chunk)
+
+
+def importance_from_aligned(density, aligned, group, rng, n_draws=N_DRAWS, chunk=20_000):
+    """(log Ẑ, SE, ESS) with the proposal fitted to draws ``aligned`` to one copy and made
+    symmetric over ``group`` (see :func:`symmetry_group`). ``density`` needs
+    ``log_densities(x)`` (log prior, log likelihood) and ``prior_draws(rng, n)``."""
+    proposal = _Proposal(aligned, group, rng)
     log_w = []
     for start in range(0, n_draws, chunk):
         m = min(chunk, n_draws - start)
