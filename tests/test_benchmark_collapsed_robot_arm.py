@@ -4,22 +4,18 @@ likelihood must be the precisions' integrals."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pymc as pm
 import pytest
+from _scripts import load_script  # tests/_scripts.py
 from scipy import integrate, stats
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "_collapsed_robot_arm.py"
 
 
 @pytest.fixture(scope="module")
 def collapsed():
-    spec = importlib.util.spec_from_file_location("_collapsed_robot_arm", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/_collapsed_robot_arm.py")
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(6, 2)), rng.normal(size=(6, 2))
     return module.CollapsedRobotArm(2, x, y)

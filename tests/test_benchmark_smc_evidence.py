@@ -8,23 +8,18 @@ and 6.4.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _scripts import load_script  # tests/_scripts.py
 import xarray as xr
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "thermodynamic_vs_smc.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("thermodynamic_vs_smc", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/thermodynamic_vs_smc.py")
 
 
 def _idata(values, dims, n_chains):

@@ -8,16 +8,15 @@ Dask is an error.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 import pytest
+from _scripts import load_script  # tests/_scripts.py
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
@@ -153,10 +152,7 @@ def test_executor_argument_is_validated():
 def test_dask_cluster_example_quick(tmp_path):
     """``examples/dask_cluster.py --quick``: its own LocalCluster, checked against sequential."""
     pytest.importorskip("distributed")
-    path = Path(__file__).resolve().parents[1] / "examples" / "dask_cluster.py"
-    spec = importlib.util.spec_from_file_location("dask_cluster_example", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_script("examples/dask_cluster.py", "dask_cluster_example")
     table = example.main(["--quick", "--out", str(tmp_path)])  # exits if not identical
     assert list(table["h"].sort_values()) == [1, 2]
     assert (tmp_path / "dask_cluster_quick.csv").exists()

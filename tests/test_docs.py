@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import __future__
 import importlib
-import importlib.util
 import inspect
 import re
 from pathlib import Path
 
 import pytest
+from _scripts import load_script  # tests/_scripts.py
 
 import pymc_evidence
 
@@ -118,12 +118,7 @@ Some prose mentioning gamma.
 # ------------------------------------------------------------------------------ gallery
 @pytest.fixture(scope="module")
 def gallery():
-    spec = importlib.util.spec_from_file_location(
-        "results_gallery", DOCS / "_ext" / "results_gallery.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs/_ext/results_gallery.py")
 
 
 SOURCES = [("Examples", "examples/results", "examples")]

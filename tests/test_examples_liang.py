@@ -1,20 +1,13 @@
 """examples/liang_mlp.py in quick mode: the pipeline runs and writes sane tables and a figure."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "liang_mlp.py"
+from _scripts import load_script  # tests/_scripts.py
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("liang_mlp_example", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/liang_mlp.py", "liang_mlp_example")
 
 
 @pytest.mark.slow  # compiles four MLP densities and their Hessians: minutes when not cached
