@@ -84,6 +84,28 @@ class CollapsedRobotArm:
                                            - (a + N / 2) * np.log(r + squares / 2))
         return log_prior, log_likelihood
 
+    def log_joint_and_gradient(self, point: np.ndarray) -> tuple[float, np.ndarray]:
+        """log p(w) + log p(D | w) at one flat point, and its gradient (for optimisers).
+
+        With f = tanh(x W + b) V + c and S the residual sum of squares, the likelihood's
+        gradient is −(a_β + N/2) / (r_β + S/2) · ½ ∂S/∂w; a t prior's is
+        −(a + n/2) (w / r) / (1 + ‖w‖² / 2r)."""
+        log_prior, log_likelihood = self.log_densities(point[None])
+        gradient = np.empty(self.dim)
+        for _, sl, a, r in self.groups:
+            w = point[sl]
+            gradient[sl] = -(a + w.size / 2) * (w / r) / (1 + w @ w / (2 * r))
+        w = {name: value[0] for name, value in self.weights(point[None]).items()}
+        hidden = np.tanh(self.x @ w["w_in"] + w["b_hidden"])
+        residuals = self.y - (hidden @ w["w_out"] + w["b_out"])
+        a, r = _gamma_precision(*NOISE)
+        scale = (a + self.y.size / 2) / (r + np.sum(residuals**2) / 2)  # −½ ∂S/∂f = residuals
+        back = (residuals @ w["w_out"].T) * (1 - hidden**2)
+        likelihood_gradient = np.concatenate([(self.x.T @ back).ravel(), back.sum(0),
+                                              (hidden.T @ residuals).ravel(),
+                                              residuals.sum(0)])
+        return float(log_prior[0] + log_likelihood[0]), gradient + scale * likelihood_gradient
+
     def prior_draws(self, rng, n: int) -> np.ndarray:
         """t draws: normal over the square root of a χ²_{2a} / 2a, scaled by √(r/a)."""
         out = np.empty((n, self.dim))

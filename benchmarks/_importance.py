@@ -23,7 +23,8 @@ from scipy.special import gammaln, logsumexp
 
 from pymc_evidence.symmetry import align_units, transform_units
 
-#: Mixture components, t degrees of freedom, covariance inflation, defensive prior share.
+#: Mixture components (by default), t degrees of freedom, covariance inflation, defensive
+#: prior share.
 COMPONENTS, DF, INFLATE, DEFENSIVE = 4, 5.0, 1.3, 0.1
 #: Importance draws per estimate.
 N_DRAWS = 400_000
@@ -48,11 +49,11 @@ def symmetry_group(density, layer, hidden_units: int) -> list:
 class _Proposal:
     """The symmetrised t mixture fitted to aligned draws."""
 
-    def __init__(self, aligned: np.ndarray, group: list, rng):
+    def __init__(self, aligned: np.ndarray, group: list, rng, components: int = COMPONENTS):
         n, self.d = aligned.shape
-        _, labels = kmeans2(aligned, COMPONENTS, seed=rng, minit="++")
+        _, labels = kmeans2(aligned, components, seed=rng, minit="++")
         self.components = []
-        for k in range(COMPONENTS):
+        for k in range(components):
             members = aligned[labels == k]
             if len(members) >= 5 * self.d:  # enough for a covariance
                 cov = np.cov(members.T) * INFLATE + 1e-9 * np.eye(self.d)
@@ -103,11 +104,13 @@ def importance_log_evidence(density, layer, hidden_units, posterior_draws, rng,
                                    rng, n_draws, chunk)
 
 
-def importance_from_aligned(density, aligned, group, rng, n_draws=N_DRAWS, chunk=20_000):
-    """(log Ẑ, SE, ESS) with the proposal fitted to draws ``aligned`` to one copy and made
-    symmetric over ``group`` (see :func:`symmetry_group`). ``density`` needs
-    ``log_densities(x)`` (log prior, log likelihood) and ``prior_draws(rng, n)``."""
-    proposal = _Proposal(aligned, group, rng)
+def importance_from_aligned(density, aligned, group, rng, n_draws=N_DRAWS, chunk=20_000,
+                            components=COMPONENTS):
+    """(log Ẑ, SE, ESS) with the proposal, a mixture of ``components`` t distributions, fitted
+    to draws ``aligned`` to one copy and made symmetric over ``group`` (see
+    :func:`symmetry_group`). ``density`` needs ``log_densities(x)`` (log prior, log
+    likelihood) and ``prior_draws(rng, n)``."""
+    proposal = _Proposal(aligned, group, rng, components)
     log_w = []
     for start in range(0, n_draws, chunk):
         m = min(chunk, n_draws - start)

@@ -61,8 +61,9 @@ from pymc_evidence import MLPLayer
 from pymc_evidence.estimators._stepping_stone import stepping_stone
 from pymc_evidence.testing import ROBOT_ARM_LAYER, liang_data, liang_mlp, robot_arm_mlp
 
-from _collapsed_robot_arm import CollapsedRobotArm  # this directory: first on sys.path
-from _importance import N_DRAWS, importance_from_aligned, importance_log_evidence
+from _basin_draws import basin_draws  # this directory: first on sys.path
+from _collapsed_robot_arm import CollapsedRobotArm
+from _importance import COMPONENTS, N_DRAWS, importance_from_aligned, importance_log_evidence
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "benchmarks" / "results" / "mlp_calibration.csv"
@@ -75,10 +76,14 @@ CASES = {
 }
 #: Where importance sampling is a reference. On the robot arm it samples the model with the
 #: gamma precisions integrated out (:mod:`_collapsed_robot_arm`): in the non-centred
-#: parameters they put the posterior far from a t mixture (ESS 220 of 100,000 at h = 1). At
-#: h = 3 the collapsed proposal, fitted to the first groups' draws, left an ESS of 5–12.
+#: parameters they put the posterior far from a t mixture (ESS 220 of 100,000 at h = 1).
 IMPORTANCE_CASES = [name for name in CASES if name.startswith("Liang")] + [
-    "robot arm h=1", "robot arm h=2"]
+    "robot arm h=1", "robot arm h=2", "robot arm h=3"]
+#: From this many hidden units the robot arm's proposal is also fitted to draws from each basin
+#: an optimiser finds (:mod:`_basin_draws`), from this many prior draws and as many of the
+#: pilot's draws, with a component per basin: at h = 3 the pilot's draws alone left an ESS
+#: of 5–12 of 400,000.
+BASIN_HIDDEN_UNITS, BASIN_STARTS = 3, 200
 #: References known to be low, with why: the table gives no z against them.
 STALE_REFERENCES = {
     "robot arm h=4": "stale: made with the stall rule; the evidence is at least 159.5",
@@ -155,7 +160,8 @@ def _seconds(begun: float, result) -> float:
 def _importance_rows(model, layer, collapsed=False):
     """Two importance-sampling estimates (:mod:`_importance`), each with its own proposal
     fitted to a chaining run's λ = 1 particles; ``collapsed``: of the robot-arm MLP with its
-    precisions integrated out (:mod:`_collapsed_robot_arm`), from the particles' weights."""
+    precisions integrated out (:mod:`_collapsed_robot_arm`), from the particles' weights and,
+    from ``BASIN_HIDDEN_UNITS`` units, from the basins an optimiser finds."""
     density = pm_evidence.get_density(model)
     shapes = dict(zip(density.names, density.shapes))
     hidden_units = layer.hidden_units(shapes)
@@ -167,15 +173,25 @@ def _importance_rows(model, layer, collapsed=False):
         posterior = {k: np.asarray(v).reshape((-1,) + v.shape[2:])
                      for k, v in pilot.posterior.items()}
         rng = np.random.default_rng(seed)
+        note = ""
         if collapsed:
             weights = CollapsedRobotArm(hidden_units)
+            draws, components = weights.flat(posterior), None
+            if hidden_units >= BASIN_HIDDEN_UNITS:
+                starts = np.concatenate([
+                    weights.prior_draws(rng, BASIN_STARTS),
+                    draws[rng.choice(len(draws), BASIN_STARTS, replace=False)]])
+                from_basins, basins = basin_draws(weights, starts, rng)
+                draws, components = np.concatenate([from_basins, draws]), len(basins) + 1
+                note = f"; {len(basins)} basins, best log p(w, D) {basins[0]:.2f}"
             log_z, se, ess = importance_from_aligned(
-                weights, weights.align(weights.flat(posterior)), weights.symmetry_group(), rng)
+                weights, weights.align(draws), weights.symmetry_group(), rng,
+                components=components or COMPONENTS)
         else:
             log_z, se, ess = importance_log_evidence(density, layer, hidden_units,
                                                      density.from_constrained(posterior), rng)
         yield {"seed": seed, "log_z": log_z, "se": se, "seconds": time.perf_counter() - begun,
-               "effort": "", "warnings": f"ESS {ess:.0f} of {N_DRAWS}"}
+               "effort": "", "warnings": f"ESS {ess:.0f} of {N_DRAWS}{note}"}
 
 
 def main(argv=None) -> int:
