@@ -5,12 +5,13 @@ several seeds (the layers are recognised in the graph, hence the MLP ladder
 ``target_cess=0.95``, the effort check and the mode search), against a reference that does not share chaining's
 failure modes:
 
-* on Liang's MLPs and the robot arm with h = 1 and 2, importance sampling (role
+* on Liang's MLPs and the robot arm with h = 1…3, importance sampling (role
   "importance", :mod:`_importance`): a proposal fitted to posterior draws and made symmetric
   over the units' signed permutations, with the prior as a defensive component — no
   tempering, no constrained moves, no alignment; on the robot arm, of the same model with its
   gamma precisions integrated out analytically (:mod:`_collapsed_robot_arm`), so that no
-  scale's ridge separates the proposal from the posterior;
+  scale's ridge separates the proposal from the posterior, and from h = 3 with draws from
+  each basin an optimiser finds there (:mod:`_basin_draws`) beside the pilot's;
 * chaining with 8 times the particles of the default first round (4 groups of 2048), the MLP's
   layers given, the effort check off (two seeds), and
 * nested sampling (``pm_evidence.nested``, the layers given): four runs at its defaults and
@@ -399,11 +400,12 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "`mlp_layers=None` rows: Liang's without alignment (hence also the general ladder 0.8 "
         "and no effort check), for comparison; 'defaults before the scale moves': the robot "
         "arm's fits at h ≥ 2 made at the defaults of versions whose precisions HMC alone "
-        "moved. Reference (on Liang's MLPs and the robot arm with h = 1 and 2): importance "
+        "moved. Reference (on Liang's MLPs and the robot arm with h = 1…3): importance "
         "sampling, two estimates of 400,000 draws from a symmetrised t mixture fitted to "
         "posterior draws (`benchmarks/_importance.py`; on the robot arm of the model with its "
-        "precisions integrated out, `benchmarks/_collapsed_robot_arm.py`), which shares "
-        "nothing with the fits; "
+        "precisions integrated out, `benchmarks/_collapsed_robot_arm.py`, from h = 3 with "
+        "draws from each basin an optimiser finds there too, `benchmarks/_basin_draws.py`), "
+        "which shares nothing with the fits; "
         "'others' gives how far long chaining (4 groups of 2048 particles at the defaults' "
         "ladder, the layers given, two seeds; four at the robot arm's h = 4) and nested "
         "sampling (the layers given; four runs "
