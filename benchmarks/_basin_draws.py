@@ -49,9 +49,12 @@ def basin_draws(model, starts: np.ndarray, rng, within: float = 15.0) -> tuple[n
 
 def _hessian(model, point, step=1e-5):
     """Hessian of −log p(w, D) by central differences of the analytic gradient."""
-    rows = [(model.log_joint_and_gradient(point - e)[1] - model.log_joint_and_gradient(point + e)[1])
-            / (2 * step) for e in step * np.eye(point.size)]
-    return (np.array(rows) + np.array(rows).T) / 2
+    def gradient(at):
+        return model.log_joint_and_gradient(at)[1]
+
+    rows = np.array([(gradient(point - e) - gradient(point + e)) / (2 * step)
+                     for e in step * np.eye(point.size)])
+    return (rows + rows.T) / 2
 
 
 def _random_walk(model, centre, covariance, rng, steps):

@@ -99,7 +99,8 @@ class CollapsedRobotArm:
         hidden = np.tanh(self.x @ w["w_in"] + w["b_hidden"])
         residuals = self.y - (hidden @ w["w_out"] + w["b_out"])
         a, r = _gamma_precision(*NOISE)
-        scale = (a + self.y.size / 2) / (r + np.sum(residuals**2) / 2)  # −½ ∂S/∂f = residuals
+        # −½ ∂S/∂f is the residuals, carried back through the layer by the chain rule
+        scale = (a + self.y.size / 2) / (r + np.sum(residuals**2) / 2)
         back = (residuals @ w["w_out"].T) * (1 - hidden**2)
         likelihood_gradient = np.concatenate([(self.x.T @ back).ravel(), back.sum(0),
                                               (hidden.T @ residuals).ravel(),

@@ -177,7 +177,7 @@ def _importance_rows(model, layer, collapsed=False):
         note = ""
         if collapsed:
             weights = CollapsedRobotArm(hidden_units)
-            draws, components = weights.flat(posterior), None
+            draws, components = weights.flat(posterior), COMPONENTS
             if hidden_units >= BASIN_HIDDEN_UNITS:
                 starts = np.concatenate([
                     weights.prior_draws(rng, BASIN_STARTS),
@@ -187,7 +187,7 @@ def _importance_rows(model, layer, collapsed=False):
                 note = f"; {len(basins)} basins, best log p(w, D) {basins[0]:.2f}"
             log_z, se, ess = importance_from_aligned(
                 weights, weights.align(draws), weights.symmetry_group(), rng,
-                components=components or COMPONENTS)
+                components=components)
         else:
             log_z, se, ess = importance_log_evidence(density, layer, hidden_units,
                                                      density.from_constrained(posterior), rng)
