@@ -40,7 +40,7 @@ def basin_draws(model, starts: np.ndarray, rng, within: float = 15.0) -> tuple[n
             if np.linalg.eigvalsh(H).min() > 0:  # a saddle or a flat ridge is not a basin
                 basins.append((value, point, H))
     draws = []
-    for value, point, H in basins:
+    for _, point, H in basins:
         local = _random_walk(model, point, np.linalg.inv(H), rng, STEPS[0])
         local = _random_walk(model, local.mean(0), np.cov(local.T), rng, STEPS[1])
         draws.append(local[rng.choice(len(local), DRAWS_PER_BASIN, replace=False)])
