@@ -103,10 +103,10 @@ SETTINGS = {"defaults": ("doubled", "defaults"),
 
 def run_role(role: str, model, layer, seeds: range | None, dim: int, checkpoint=None):
     """Yield one row per fit (per nested run) as it finishes: log Z, SE, seconds, effort-check
-    levels, warnings. ``seeds``: the fits' seeds (None: 1…5, long chaining 1 and 2; nested
-    runs take their own). ``checkpoint(seed)``, if given, names the file a fit (nested: its runs,
-    seed None) saves to and resumes from; seconds then include the earlier sessions'
-    sampling."""
+    levels, warnings. ``seeds``: the fits' seeds (None: 1…5, long chaining and importance 1
+    and 2; nested runs take their own). ``checkpoint(seed)``, if given, names the file a fit
+    (nested: its runs, seed None) saves to and resumes from; seconds then include the earlier
+    sessions' sampling."""
     checkpoint = checkpoint or (lambda seed: None)
     if role.startswith("nested"):
         begun = time.perf_counter()
@@ -124,7 +124,8 @@ def run_role(role: str, model, layer, seeds: range | None, dim: int, checkpoint=
                    "effort": "", "warnings": " | ".join(result.warnings)}
         return
     if role == "importance":
-        yield from _importance_rows(model, layer, collapsed=layer is ROBOT_ARM_LAYER)
+        yield from _importance_rows(model, layer, seeds or (1, 2),
+                                    collapsed=layer is ROBOT_ARM_LAYER)
         return
     # A reference at a fixed effort: four groups of 2048 and no more (max_groups), however
     # they spread.
@@ -158,15 +159,15 @@ def _seconds(begun: float, result) -> float:
     return time.perf_counter() - begun + result.timing.get("earlier_sessions", 0.0)
 
 
-def _importance_rows(model, layer, collapsed=False):
-    """Two importance-sampling estimates (:mod:`_importance`), each with its own proposal
-    fitted to a chaining run's λ = 1 particles; ``collapsed``: of the robot-arm MLP with its
-    precisions integrated out (:mod:`_collapsed_robot_arm`), from the particles' weights and,
-    from ``BASIN_HIDDEN_UNITS`` units, from the basins an optimiser finds."""
+def _importance_rows(model, layer, seeds, collapsed=False):
+    """Importance-sampling estimates (:mod:`_importance`), one per seed, each with its own
+    proposal fitted to a chaining run's λ = 1 particles; ``collapsed``: of the robot-arm MLP
+    with its precisions integrated out (:mod:`_collapsed_robot_arm`), from the particles'
+    weights and, from ``BASIN_HIDDEN_UNITS`` units, from the basins an optimiser finds."""
     density = pm_evidence.get_density(model)
     shapes = dict(zip(density.names, density.shapes))
     hidden_units = layer.hidden_units(shapes)
-    for seed in (1, 2):
+    for seed in seeds:
         begun = time.perf_counter()
         pilot = pm_evidence.thermodynamic(model, mlp_layers=layer, effort_check=False,
                                           target_se=None, random_seed=1000 + seed,
@@ -201,7 +202,8 @@ def main(argv=None) -> int:
     add_run_arguments(parser, CSV, "(fits of hours that a session limit may cut)")
     parser.add_argument("--roles", nargs="+", default=list(ROLES), choices=ROLES)
     parser.add_argument("--seeds", type=int, default=None,
-                        help="fits per model and role (default 5, long chaining 2)")
+                        help="fits per model and role (default 5; long chaining and "
+                             "importance 2)")
     parser.add_argument("--first-seed", type=int, default=1,
                         help="with --seeds: seed of the first fit (to add fits to earlier ones)")
     args = parser.parse_args(argv)
