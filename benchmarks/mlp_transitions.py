@@ -23,9 +23,11 @@ Usage::
         --groups 4 --seeds 11                                              # ~45 min
     python benchmarks/mlp_transitions.py --setting decorrelation=0 --no-scale-moves \
         --groups 2 --particles 128 --seeds 11                              # HMC alone
+    python benchmarks/mlp_transitions.py --h 3 --setting decorrelation=0 --max-transitions 40 \
+        --groups 4 --seeds 11                                              # ~70 min
     python benchmarks/mlp_transitions.py --seeds --merge other.csv         # rewrite the summary
 
-At h = 4 on one core of this 2-core machine.
+Times at h = 4 (the last h = 3) on one core of this 2-core machine.
 """
 
 from __future__ import annotations
