@@ -236,16 +236,16 @@ class ThermodynamicResult(EvidenceResult):
         estimate started from; empty when the check did not run. On an MLP the transitions
         double from level to level, elsewhere the particles.
     best_log_joint_from_prior, best_log_joint_from_particles : float
-        The mode search's highest log p(θ, D), optimised from prior draws and from the final
-        particles; NaN when it did not run.
+        The mode search's highest log p(θ, D), optimised from prior draws and from the first
+        round's particles; NaN when it did not run.
     log_evidence_from_prior, se_from_prior : float
-        When the estimate comes from tempering that starts at a mode the search found and the
-        tempering from the prior never reached: the tempering from the prior's estimate and SE
-        (NaN otherwise).
+        When the estimate comes from tempering that starts at a mode the search found: the
+        first round's estimate and SE of the tempering from the prior, which it replaced (NaN
+        otherwise).
     reference_sweeps, reference_log_evidence, reference_se : tuple
-        That tempering's levels: sweeps of HMC that relaxed the population at the mode before
-        the reference was fitted to it, and each level's estimate and SE; empty when it did
-        not run.
+        The tempering from the mode's levels, whether or not it replaced the estimate: sweeps
+        of HMC that relaxed the population at the mode before the reference was fitted to
+        it, and each level's estimate and SE; empty when it did not run.
     """
 
     method: ClassVar[str] = "thermodynamic"

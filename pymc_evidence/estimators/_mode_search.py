@@ -29,7 +29,7 @@ UNREACHED_MARGIN = 1.0
 
 class ModeSearch(NamedTuple):
     """The best log p(θ, D) reached from prior draws and from the particles (NaN where no
-    start had a finite density), the optimisations run, and where the best from prior draws
+    start had a finite density), the optimisations run, and where the best of all of them
     ended (unconstrained; None when none did)."""
 
     best_from_prior: float
@@ -61,8 +61,8 @@ def search_modes(density, positions: np.ndarray, log_joint: np.ndarray,
     best = finite[np.argsort(-log_joint[finite], kind="stable")[:particle_starts]]
     from_particles = multistart(objective, positions[best], progressbar=False,
                                 hessian=density.hessian)
-    best = _best(from_prior)
-    return ModeSearch(np.nan if best is None else best.value, _value(_best(from_particles)),
+    best = _best([*from_prior, *from_particles])
+    return ModeSearch(_value(_best(from_prior)), _value(_best(from_particles)),
                       len(from_prior) + len(from_particles), None if best is None else best.x)
 
 

@@ -220,35 +220,41 @@ def thermodynamic(
         run. The levels are in ``effort_particles``, ``effort_transitions``,
         ``effort_log_evidence`` and ``effort_se``.
     mode_search : {"auto", True, False} or int, default "auto"
-        After sampling, maximise log p(θ, D) from prior draws (an integer: how many; True:
-        32) and from the 8 particles of highest log p(θ, D). A mode from the prior draws more
-        than a nat above every mode the particles lead to is one the tempering never reached
-        (on the robot-arm MLP with three hidden units, 96 nats above them, and the estimate 73
-        nats low with an SE of 0.12). When it could move the estimate by more than its SE
-        (given the particles' Occam factor, by log(1 + exp(gap))), the tempering is run again
-        from a reference built at that mode (generalised stepping stone, Fan et al. 2011): half
-        the prior, half a Gaussian fitted to a population relaxed by HMC at the mode, for
+        After the first round, maximise log p(θ, D) from prior draws (an integer: how many;
+        True: 32) and from the 8 particles of highest log p(θ, D), then temper again from a
+        reference built at the best mode found (generalised stepping stone, Fan et al. 2011):
+        half the prior, half a Gaussian fitted to a population relaxed by HMC at the mode, for
         ``25`` sweeps, then twice as many until two doublings in a row give estimates that
-        agree (up to 400 sweeps; if they never do, the SE is at least the last move and
-        reaches where the gap rule puts the evidence; if they agree but still rose, the SE is
-        at least that rise). At the mode, HMC trajectories are at least 4 long
-        (``trajectory_length``), so that the points travel along the mode's extent. Its
-        estimate, draws and stages are the result's; the tempering from the prior's
-        estimate is in ``log_evidence_from_prior``, the levels in
-        ``reference_sweeps``, ``reference_log_evidence`` and ``reference_se``, their seconds
-        in ``timing["reference"]``, and a warning says what happened. If that estimate is
-        lower than the first by more than 3 combined SE, the first is kept and its SE widened
-        to the gap rule's move instead.
-        ``"auto"`` searches on MLPs (``mlp_layers`` given or recognised), whose posteriors
-        have many modes and where the optimisations cost a few percent of the sampling;
-        elsewhere a funnel-shaped posterior may have no mode to find. The outcome is in
-        ``best_log_joint_from_prior`` and ``best_log_joint_from_particles``, its time in
+        agree (up to 400 sweeps; if they never do, the SE is at least the last move; if they
+        agree but still rose, at least that rise). At the mode, HMC trajectories are at least
+        4 long (``trajectory_length``), so that the points travel along the mode's extent.
+        That tempering runs on an MLP (``mlp_layers`` given or recognised) always, and
+        elsewhere when a mode from the prior draws lies more than a nat above every mode the
+        particles lead to (one the tempering never reached) and could move the estimate by
+        more than its SE (given the particles' Occam factor, by log(1 + exp(gap))). Its
+        estimate replaces the tempering from the prior's when the particles never reached the
+        mode (unless it is lower by more than 3 combined SE: then the SE is widened to the
+        gap rule's move instead), and when it lies more than 2 combined SE above the first
+        round's estimate although they did: on the robot-arm MLP with three hidden units the
+        particles reached the best mode, yet their first round gave −59.29 ± 0.15 against an
+        evidence of −52.62 ± 0.10, and the tempering from the mode −52.37 ± 0.29. The
+        tempering from the prior then stops after its first round; otherwise it goes on
+        (``target_se``, ``effort_check``) as without the search, from the same random stream,
+        to the same estimate. Replaced, the estimate, draws and stages are the tempering from
+        the mode's (more groups from its last reference until ``target_se``), the first
+        round's estimate is in ``log_evidence_from_prior``, and a warning says what happened.
+        Either way the levels are in ``reference_sweeps``, ``reference_log_evidence`` and
+        ``reference_se``, their seconds in ``timing["reference"]``. It costs about as much as
+        the tempering from the prior (on Liang's MLP with one hidden unit 2.4 times, on the
+        robot arm with two 0.3 times). ``"auto"`` searches on MLPs, whose posteriors have
+        many modes; elsewhere a funnel-shaped posterior may have no mode to find. The outcome
+        is in ``best_log_joint_from_prior`` and ``best_log_joint_from_particles``, its time in
         ``timing["mode_search"]``.
     checkpoint : str or path, optional
         File where every finished stage is saved (atomically, with the random generator's
         state; extra groups run in worker processes, see ``cores``, are saved as each chunk
-        of them finishes), and, when the mode search found a mode to temper from, every
-        sweep and stage of that tempering. If it exists, the run resumes after its last
+        of them finishes), and every sweep and stage of the tempering from a mode the search
+        found. If it exists, the run resumes after its last
         saved stage and returns exactly what an uninterrupted run would (the search itself
         runs again, in seconds to a few minutes); a finished run is returned without
         sampling. A checkpoint written with other settings (defaults included) or another
@@ -285,9 +291,10 @@ def thermodynamic(
         populations do not cross between), when stepping-stone and thermodynamic integration
         disagree beyond their errors, on divergent trajectories, when ``target_se`` was not
         reached, when the moves left the population correlated with its start, when the
-        effort check saw the estimate move as the particles doubled, or
-        when the mode search found a mode the particles never reached (and the estimate was
-        taken from tempering that starts there, or its SE widened).
+        effort check saw the estimate move as the particles doubled, when the mode search
+        found a mode the particles never reached (and the estimate was taken from tempering
+        that starts there, or its SE widened), or when the tempering from the best mode lay
+        above the tempering from the prior and replaced it.
 
     Notes
     -----
@@ -309,6 +316,9 @@ def thermodynamic(
        SMC estimates), which the SE never undercuts: an average that one group dominates is not
        reported as precise. That law is a limit that holds while σ² is of order one, so
        groups that spread wider are replaced by larger ones first (see ``n_particles``).
+    6. On an MLP, after the first round, search for modes and temper from a reference at the
+       best one (``mode_search``); unless that replaces the estimate, add groups until
+       ``target_se`` and run the effort check.
 
     References
     ----------
@@ -368,8 +378,9 @@ def thermodynamic(
     settings["mlp_layers"] = [vars(layer) for layer in layers] or None
     messages: list[str] = []
 
-    # The mode search runs after sampling and reads only its final particles: a checkpoint
-    # serves every setting of it.
+    # The mode search reads only the first round's particles and draws from its own stream,
+    # leaving the tempering from the prior as it is without the search: a checkpoint serves
+    # every setting of it.
     sampling = {k: v for k, v in settings.items() if k != "mode_search"}
     store = StateFile(checkpoint, run_key(sampling, density, random_seed))
     rounds, checks = _resume(store, rng)
@@ -377,9 +388,22 @@ def thermodynamic(
     with one_blas_thread():
         _first_round(rng, store, rounds, density, n_groups, n_particles, ladder, round_settings,
                      bar)
-        first_seconds = time.perf_counter() - compiled
-        ladder = np.array([0.0] + [s.lam for s in rounds[0].stages])
-        after_first = copy.deepcopy(rng.bit_generator.state)
+    first_seconds = time.perf_counter() - compiled
+    ladder = np.array([0.0] + [s.lam for s in rounds[0].stages])
+    after_first = copy.deepcopy(rng.bit_generator.state)
+    # A resumed run's cost includes the sampling its checkpoint records from earlier sessions.
+    timing = {"compile": compiled - start, "sampling": store.earlier + first_seconds,
+              "earlier_sessions": store.earlier}
+    search, from_mode = ModeSearch(np.nan, np.nan, 0), None
+    if prior_starts:
+        bar.close()
+        search, from_mode = _search_and_temper(
+            _search_rng(rng), model, density, rounds[0], layers, settings, round_settings,
+            prior_starts, progressbar, store, timing, start, messages)
+        if isinstance(from_mode, ThermodynamicResult):
+            return from_mode
+        bar = TemperingBar(progressbar)
+    with one_blas_thread():
         level = _sized_groups(
             rng, store, rounds, after_first, model, density, backend, ladder, round_settings,
             settings, cores, first_seconds, bar, messages,
@@ -393,13 +417,13 @@ def thermodynamic(
     bar.close()
     sampled = time.perf_counter()
 
-    # A resumed run's cost includes the sampling its checkpoint records from earlier sessions.
-    timing = {"compile": compiled - start, "sampling": store.earlier + sampled - compiled,
-              "earlier_sessions": store.earlier}
-    reach = (dict(round_settings=round_settings, progressbar=progressbar, store=store)
-             if prior_starts else None)
-    return _result(rng, model, density, rounds, effort, ladder, settings, timing, start,
-                   store.earlier, messages, prior_starts, reach)
+    searching = timing.get("mode_search", 0.0) + timing.get("reference", 0.0)
+    timing["sampling"] = store.earlier + sampled - compiled - searching
+    result = _result(rng, model, density, rounds, effort, ladder, settings, timing, start,
+                     store.earlier, messages, search, prior_starts)
+    if from_mode is None:
+        return result
+    return dataclasses.replace(result, **_levels_fields(from_mode))
 
 
 #: The mode search's starts when asked for with True or "auto": prior draws (on the robot-arm
@@ -459,8 +483,10 @@ def _save(store: StateFile, rng, rounds, checks=(), rng_state=None, unfinished=N
     """``unfinished``: the slot of a round saved part-way (in ``rounds``, or ("check", k) in
     ``checks``) and its own generator's state, from which a resumed run goes on."""
     state = rng.bit_generator.state if rng_state is None else rng_state
+    # The tempering from a found mode, saved beside this, is kept.
+    from_mode = {key: value for key, value in (store.state or {}).items() if key == "from_mode"}
     store.save({"rng": state, "rounds": rounds, "checks": list(checks),
-                "unfinished": unfinished})
+                "unfinished": unfinished, **from_mode})
 
 
 def _go_on(store: StateFile, slot, saved, seed, shape, transitions):
@@ -789,12 +815,10 @@ def _is_level(saved: Round, particles: int, transitions: list) -> bool:
 
 
 def _result(rng, model, density, rounds, effort, ladder, settings, timing, start, earlier,
-            messages: list, prior_starts: int, reach=None):
+            messages: list, search: ModeSearch, prior_starts: int = 0):
     """The stepping-stone estimate with its cross-checks, warnings (after ``messages``, those
-    found before sampling) and draws, and the search for unreached modes from
-    ``prior_starts`` prior draws (0: none), as a result. ``reach`` (the round settings,
-    progress bar and checkpoint) runs the tempering from a mode the search found unreached,
-    whose result then replaces this one (:func:`_reach_mode`)."""
+    found before sampling) and draws, as a result; its SE at least what a mode the
+    ``search`` (from ``prior_starts`` prior draws) found unreached would add."""
     pooled = effort.rounds
     log_ratio, log_ratio_var = round_increments(pooled)
     ss = stepping_stone(log_ratio, log_ratio_var)
@@ -809,21 +833,7 @@ def _result(rng, model, density, rounds, effort, ladder, settings, timing, start
     particles = pooled[-1].final_log_weights.shape[1]
     last = [r for r in pooled if r.final_log_weights.shape[1] == particles]
     posterior, sample_stats = final_draws(rng, density, last, particles)
-    search = ModeSearch(np.nan, np.nan, 0)
-    if prior_starts:
-        begun = time.perf_counter()
-        # Its own stream, drawn last: the estimate is the same with or without the search.
-        search_rng = np.random.default_rng(rng.integers(2**63))
-        search = search_modes(density, *_final_particles(pooled), search_rng, prior_starts,
-                              MODE_SEARCH_PARTICLE_STARTS)
-        timing["mode_search"] = time.perf_counter() - begun
-        if reach is not None and _unreached_matters(search, ss.log_evidence, se):
-            reached = _reach_mode(search_rng, model, density, search, ss.log_evidence, se,
-                                  settings, timing, start, earlier, messages, prior_starts,
-                                  **reach)
-            if reached is not None:
-                return reached
-        se = _warn_on_unreached_mode(messages, search, ss.log_evidence, se, prior_starts)
+    se = _warn_on_unreached_mode(messages, search, ss.log_evidence, se, prior_starts)
     timing["total"] = time.perf_counter() - start + earlier
     groups = ss.per_group.size
     return ThermodynamicResult(
@@ -867,66 +877,154 @@ def _unreached_matters(search: ModeSearch, log_evidence: float, se: float) -> bo
                 and np.logaddexp(0.0, search.gap) > se)
 
 
-def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, settings, timing,
-                start, earlier, messages, prior_starts, round_settings, progressbar, store):
-    """The result of tempering from a reference at the mode the search found unreached, or
-    None when that estimate lies below the tempering from the prior by more than 3 combined
-    SE (the reference then failed to hold the mode's mass; the caller widens the SE).
+#: Combined SEs by which the tempering from the mode must lie below the tempering from the
+#: prior to be set aside when the prior's never reached the mode, and above it to replace it
+#: when it did (then both are estimates of one evidence, and the higher one is the other's
+#: low bias showing).
+_FROM_MODE_BELOW, _FROM_MODE_ABOVE = 3.0, 2.0
+
+
+def _search_rng(rng) -> np.random.Generator:
+    """The mode search's own stream, seeded from ``rng`` without advancing it: the tempering
+    from the prior goes on exactly as it would without the search."""
+    return np.random.default_rng([int(copy.deepcopy(rng).integers(2**63)), 1])
+
+
+def _search_and_temper(rng, model, density, first: Round, layers, settings, round_settings,
+                       prior_starts, progressbar, store, timing, start, messages):
+    """The mode search from ``prior_starts`` prior draws and the ``first`` round's best
+    particles, and the tempering from a reference at its best mode where it is wanted.
+
+    Wanted on an MLP, always: on the robot arm with three hidden units the particles reached
+    the best mode the search found, yet their estimate (−59.29 ± 0.15) was 6.7 nats below the
+    evidence (−52.62 ± 0.10), because they did not hold that mode in proportion; the
+    tempering from the mode gave −52.37 ± 0.29 (levels −52.66, −52.50 and −52.37 after 25, 50
+    and 100 sweeps). Elsewhere, when the search found a mode the
+    particles never reached that would move the estimate by more than its SE.
+
+    Returns the search and either the result from the mode, which replaces the tempering from
+    the prior (:func:`_adopt_from_mode`), or the tempering's levels, a cross-check the result
+    keeps, or None when it did not run or failed.
+    """
+    begun = time.perf_counter()
+    search = search_modes(density, *_final_particles([first]), rng, prior_starts,
+                          MODE_SEARCH_PARTICLE_STARTS)
+    timing["mode_search"] = time.perf_counter() - begun
+    first_estimate = stepping_stone(*round_increments([first]))
+    log_evidence, se = first_estimate.log_evidence, first_estimate.se
+    unreached = _unreached_matters(search, log_evidence, se)
+    if not (unreached or (layers and search.mode is not None and np.isfinite(log_evidence))):
+        return search, None
+    from_mode = _from_mode_state(store, search, prior_starts, rng)
+    reached = _temper_from_mode(rng, density, from_mode, settings, round_settings, progressbar,
+                                store, timing, messages)
+    if reached is None:
+        return search, None
+    last = reached.levels[-1][1]
+    combined = np.hypot(_levels_se(reached), se)
+    if unreached and last.log_evidence < log_evidence - _FROM_MODE_BELOW * combined:
+        warn(messages, f"tempering from a reference at the unreached mode gave "
+             f"{last.log_evidence:.2f} ± {last.se:.2f}, below the tempering from the prior "
+             f"({log_evidence:.2f} ± {se:.2f}): the reference did not hold the mode's mass, "
+             "and the estimate is the tempering from the prior's.")
+        return search, reached
+    if not unreached and last.log_evidence <= log_evidence + _FROM_MODE_ABOVE * combined:
+        return search, reached
+    if unreached:
+        warn(messages, f"maximising log p(θ, D) from {prior_starts} prior draws reached "
+             f"{search.best_from_prior:.2f}, {search.gap:.1f} nats above every mode the "
+             f"particles lead to (at best {search.best_from_particles:.2f}): the tempering "
+             f"from the prior never reached that mode, and its estimate ({log_evidence:.2f} ± "
+             f"{se:.2f}) is low. The estimate is from tempering that starts at a reference "
+             f"built at the mode (levels: {_reference_text(reached.levels)}); cross-check "
+             "with nested().")
+    else:
+        best = max(search.best_from_prior, search.best_from_particles)
+        warn(messages, f"the tempering from the prior reached the best mode that maximising "
+             f"log p(θ, D) found (at {best:.2f}), but its estimate ({log_evidence:.2f} ± "
+             f"{se:.2f}) lies more than {_FROM_MODE_ABOVE:g} combined SE below the tempering "
+             "that starts at a reference built at that mode (levels: "
+             f"{_reference_text(reached.levels)}): its populations did not hold the mode in "
+             "proportion, and the estimate is the latter's; cross-check with nested().")
+    return search, _adopt_from_mode(rng, model, search, unreached, reached, from_mode,
+                                    log_evidence, se, settings, timing, start, store, messages,
+                                    progressbar)
+
+
+def _levels_se(reached) -> float:
+    """The tempering from the mode's SE as its levels bound it: the last level's, at least
+    the rise over the doublings that agreed, or the last move when they never did."""
+    moved = abs(reached.unsettled) if reached.unsettled is not None else 0.0
+    return max(reached.levels[-1][1].se, reached.last_rise, moved)
+
+
+def _levels_fields(reached) -> dict:
+    """The result's fields that hold the tempering from the mode's levels."""
+    return dict(reference_sweeps=tuple(sweeps for sweeps, _ in reached.levels),
+                reference_log_evidence=tuple(float(e.log_evidence) for _, e in reached.levels),
+                reference_se=tuple(float(e.se) for _, e in reached.levels))
+
+
+def _temper_from_mode(rng, density, from_mode: dict, settings, round_settings, progressbar,
+                      store, timing, messages):
+    """The levels of tempering from references at ``from_mode["mode"]``, or None when no
+    reference could be built (the sampling done so far is not lost).
 
     Its progress is saved in ``store`` beside the tempering from the prior, and a resumed
     run (whose search, run again, finds the same mode) goes on from it.
     """
     begun = time.perf_counter()
-    from_mode = _saved_from_mode(store, search, prior_starts)
-    if from_mode is None:
-        from_mode = {"mode": search.mode, "prior_starts": prior_starts, "progress": None,
-                     "more": []}
-    else:
-        rng.bit_generator.state = from_mode["rng"]
-
-    def save(**parts):
-        from_mode.update(parts, rng=rng.bit_generator.state)
-        store.save({**(store.state or {}), "from_mode": dict(from_mode)})
-
     bar = TemperingBar(progressbar)
     try:
         with one_blas_thread():
-            reached = temper_from_mode(rng, density, from_mode["mode"], settings["n_groups"],
-                                       settings["n_particles"], round_settings, bar, _settled,
-                                       progress=from_mode["progress"],
-                                       save=lambda progress: save(progress=progress))
+            return temper_from_mode(rng, density, from_mode["mode"], settings["n_groups"],
+                                    settings["n_particles"], round_settings, bar, _settled,
+                                    progress=from_mode["progress"],
+                                    save=lambda progress: _save_from_mode(
+                                        store, from_mode, rng, progress=progress))
     except (ValueError, np.linalg.LinAlgError) as err:
-        # e.g. a population at the mode too degenerate for a Gaussian: the sampling done so
-        # far is not lost, and the caller widens the SE instead.
-        warn(messages, f"tempering from the unreached mode failed ({err}); the estimate is "
-             "the tempering from the prior's.")
+        # e.g. a population at the mode too degenerate for a Gaussian
+        warn(messages, f"tempering from the mode the search found failed ({err}); the "
+             "estimate is the tempering from the prior's.")
         return None
     finally:
         bar.close()
         timing["reference"] = time.perf_counter() - begun
-    last = reached.levels[-1][1]
-    if last.log_evidence < log_evidence - 3 * np.hypot(last.se, se):
-        warn(messages, f"tempering from a reference at the unreached mode gave "
-             f"{last.log_evidence:.2f} ± {last.se:.2f}, below the tempering from the prior "
-             f"({log_evidence:.2f} ± {se:.2f}): the reference did not hold the mode's mass, "
-             "and the estimate is the tempering from the prior's.")
-        return None
-    warn(messages, f"maximising log p(θ, D) from {prior_starts} prior draws reached "
-         f"{search.best_from_prior:.2f}, {search.gap:.1f} nats above every mode the final "
-         f"particles lead to (at best {search.best_from_particles:.2f}): the tempering from "
-         f"the prior never reached that mode, and its estimate ({log_evidence:.2f} ± {se:.2f}) "
-         "is low. The estimate is from tempering that starts at a reference built at the mode "
-         f"(levels: {_reference_text(reached.levels)}); cross-check with nested().")
+
+
+def _from_mode_state(store, search: ModeSearch, prior_starts: int, rng) -> dict:
+    """The tempering from the mode as ``store`` holds it (``rng`` set to where it left it),
+    or a new one at the search's best mode."""
+    saved = _saved_from_mode(store, search, prior_starts)
+    if saved is None:
+        return {"mode": search.mode, "prior_starts": prior_starts, "progress": None,
+                "more": []}
+    rng.bit_generator.state = saved["rng"]
+    return saved
+
+
+def _save_from_mode(store, from_mode: dict, rng, **parts) -> None:
+    from_mode.update(parts, rng=rng.bit_generator.state)
+    store.save({**(store.state or {}), "from_mode": dict(from_mode)})
+
+
+def _adopt_from_mode(rng, model, search: ModeSearch, unreached: bool, reached, from_mode,
+                     log_evidence, se, settings, timing, start, store, messages, progressbar):
+    """The result of the tempering from the mode, with more groups from its last reference
+    until ``target_se`` (``from_mode``: its saved state); ``log_evidence`` and ``se``: the
+    tempering from the prior's, ``unreached`` whether that never reached the mode."""
+    begun = time.perf_counter()
     ladder = np.array([0.0] + [stage.lam for stage in reached.last_round.stages])
     more = _more_groups_from_mode(
         rng, reached, ladder, settings, progressbar, list(from_mode["more"]),
         from_mode.get("partial"),
-        lambda chunks, partial=None: save(more=list(chunks), partial=partial))
+        lambda chunks, partial=None: _save_from_mode(store, from_mode, rng, more=list(chunks),
+                                                      partial=partial))
     rounds = [reached.last_round, *more]
-    timing["reference"] = time.perf_counter() - begun
+    timing["reference"] += time.perf_counter() - begun
     unchecked = EffortCheck(rounds, [], "particles", None)
     result = _result(rng, model, reached.reference, rounds, unchecked, ladder, settings, timing,
-                     start, earlier, messages, 0)
+                     start, store.earlier, messages, ModeSearch(np.nan, np.nan, 0))
     reported_se = max(result.se, reached.last_rise)
     if reached.unsettled is None and reached.last_rise > result.se:
         warn(messages, f"the estimates from the mode agreed, but rose by "
@@ -934,15 +1032,18 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
              f"({_reference_text(reached.levels)}): the estimate may be low by about as much "
              "again, and its SE is at least that rise.")
     if reached.unsettled is not None:
-        # Still rising: the SE reaches at least to where the gap rule would put the evidence
-        # (the mode's height with the particles' Occam factor), as without the tempering.
-        by_gap = log_evidence + float(np.logaddexp(0.0, search.gap)) - result.log_evidence
-        reported_se = max(reported_se, abs(reached.unsettled), by_gap)
+        reported_se = max(reported_se, abs(reached.unsettled))
+        if unreached:
+            # Still rising: the SE reaches at least to where the gap rule would put the
+            # evidence (the mode's height with the particles' Occam factor).
+            by_gap = log_evidence + float(np.logaddexp(0.0, search.gap)) - result.log_evidence
+            reported_se = max(reported_se, by_gap)
         warn(messages, f"the estimate from the mode kept moving as the population at the mode "
              f"relaxed longer ({_reference_text(reached.levels)}): it is likely still low. "
-             f"Its SE ({reported_se:.1f}) is at least the last move and reaches the "
-             f"{log_evidence + np.logaddexp(0.0, search.gap):.2f} that the mode's height "
-             "would give with the Occam factor of the particles' mode.")
+             f"Its SE ({reported_se:.1f}) is at least the last move"
+             + (f" and reaches the {log_evidence + np.logaddexp(0.0, search.gap):.2f} that the "
+                "mode's height would give with the Occam factor of the particles' mode."
+                if unreached else "."))
     return dataclasses.replace(
         result,
         se=float(np.hypot(reported_se, reached.reference.log_domain_se)),
@@ -950,10 +1051,8 @@ def _reach_mode(rng, model, density, search: ModeSearch, log_evidence, se, setti
         best_log_joint_from_particles=float(search.best_from_particles),
         log_evidence_from_prior=float(log_evidence),
         se_from_prior=float(se),
-        reference_sweeps=tuple(sweeps for sweeps, _ in reached.levels),
-        reference_log_evidence=tuple(float(e.log_evidence) for _, e in reached.levels),
-        reference_se=tuple(float(e.se) for _, e in reached.levels),
         warnings=list(messages),
+        **_levels_fields(reached),
     )
 
 
@@ -1022,8 +1121,8 @@ def _warn_on_unreached_mode(messages, search: ModeSearch, log_evidence: float, s
     warn(
         messages,
         f"maximising log p(θ, D) from {prior_starts} prior draws reached "
-        f"{search.best_from_prior:.2f}, {search.gap:.1f} nats above every mode the final "
-        f"particles lead to (at best {search.best_from_particles:.2f}): the tempered "
+        f"{search.best_from_prior:.2f}, {search.gap:.1f} nats above every mode the first "
+        f"round's particles lead to (at best {search.best_from_particles:.2f}): the tempered "
         "populations never reached that mode. "
         f"With the same Occam factor as theirs it would raise the estimate by {move:.1f} nats; "
         "the SE is at least that, and the estimate is likely low. Cross-check with nested(), "
