@@ -100,9 +100,11 @@ def test_on_an_mlp_the_tempering_from_the_best_mode_runs_and_replaces_a_lower_es
         monkeypatch, tmp_path):
     """On an MLP ("auto") the search runs after the first round, from its own random stream,
     and the tempering from a reference at its best mode runs although the particles reached
-    that mode. Within 2 combined SE of the tempering from the prior it is a cross-check the
-    result keeps, and the estimate is the prior's as without the search; more than 2 above,
-    it replaces it, with a warning."""
+    that mode. Not above the tempering from the prior by more than 2 combined SE, it is a
+    cross-check the result keeps, and the estimate is the prior's as without the search;
+    more than 2 above, it replaces it, with a warning. (The crude three-rung ladder leaves
+    the prior's estimate tens of nats low with an SE of 9 to 36 depending on the stack, so
+    which way the real levels go is not fixed: they are shifted far either way.)"""
     model = testing.robot_arm_mlp(1)
     options = dict(ladder=[0.0, 0.01, 0.1, 1.0], n_particles=32, n_groups=2, max_groups=2,
                    target_se=None, random_seed=0, progressbar=False,
@@ -110,6 +112,7 @@ def test_on_an_mlp_the_tempering_from_the_best_mode_runs_and_replaces_a_lower_es
     plain = pm_evidence.thermodynamic(model, mode_search=False, **options)
     assert np.isnan(plain.best_log_joint_from_prior) and "mode_search" not in plain.timing
     assert not plain.reference_sweeps
+    monkeypatch.setattr(thermodynamic_module, "temper_from_mode", levels_raised_by(-1000.0))
     searched = pm_evidence.thermodynamic(model, **options)
     assert searched.log_evidence == plain.log_evidence and searched.se == plain.se
     for name, draws in plain.posterior.items():
@@ -119,13 +122,12 @@ def test_on_an_mlp_the_tempering_from_the_best_mode_runs_and_replaces_a_lower_es
     assert searched.best_log_joint_from_particles == pytest.approx(-503.31, abs=0.01)
     assert searched.settings["mode_search"] == "auto" and searched.timing["mode_search"] > 0
     assert np.isnan(searched.log_evidence_from_prior)
-    # the crude three-rung ladder leaves the prior's estimate wide (SE of tens of nats);
-    # the tempering from the mode, on its own adaptive ladder, gives the evidence
-    assert searched.se > 10
-    assert len(searched.reference_sweeps) >= 1 + reference_module.AGREEING_MOVES
-    from_mode, from_mode_se = searched.reference_log_evidence[-1], searched.reference_se[-1]
-    assert abs(from_mode - ROBOT_ARM_H1_LOG_EVIDENCE) < max(3 * from_mode_se, 0.3)
     assert not any("from the mode" in message for message in searched.warnings)
+    # the tempering from the mode, on its own adaptive ladder, gives the evidence
+    assert len(searched.reference_sweeps) >= 1 + reference_module.AGREEING_MOVES
+    from_mode = searched.reference_log_evidence[-1] + 1000.0
+    from_mode_se = searched.reference_se[-1]
+    assert abs(from_mode - ROBOT_ARM_H1_LOG_EVIDENCE) < max(3 * from_mode_se, 0.3)
 
     # the same run resumed from its checkpoint, its levels 100 nats higher: replaced
     monkeypatch.setattr(thermodynamic_module, "temper_from_mode", levels_raised_by(100.0))
