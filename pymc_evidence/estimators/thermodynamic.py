@@ -244,11 +244,13 @@ def thermodynamic(
         the mode's (more groups from its last reference until ``target_se``), the first
         round's estimate is in ``log_evidence_from_prior``, and a warning says what happened.
         Either way the levels are in ``reference_sweeps``, ``reference_log_evidence`` and
-        ``reference_se``, their seconds in ``timing["reference"]``. It costs about as much as
-        the tempering from the prior (on Liang's MLP with one hidden unit 2.4 times, on the
-        robot arm with two 0.3 times). ``"auto"`` searches on MLPs, whose posteriors have
-        many modes; elsewhere a funnel-shaped posterior may have no mode to find. The outcome
-        is in ``best_log_joint_from_prior`` and ``best_log_joint_from_particles``, its time in
+        ``reference_se``, their seconds in ``timing["reference"]``. It can cost more than the
+        tempering from the prior: 2.4 and 3.2 times a whole default fit on Liang's MLPs with
+        one and two hidden units, 0.3 times on the robot arm with two, about 2 hours beside
+        the first round's hour on the robot arm with three; ``mode_search=False`` skips it.
+        ``"auto"`` searches on MLPs, whose posteriors have many modes; elsewhere a
+        funnel-shaped posterior may have no mode to find. The outcome is in
+        ``best_log_joint_from_prior`` and ``best_log_joint_from_particles``, its time in
         ``timing["mode_search"]``.
     checkpoint : str or path, optional
         File where every finished stage is saved (atomically, with the random generator's
@@ -898,9 +900,9 @@ def _search_and_temper(rng, model, density, first: Round, layers, settings, roun
     Wanted on an MLP, always: on the robot arm with three hidden units the particles reached
     the best mode the search found, yet their estimate (−59.29 ± 0.15) was 6.7 nats below the
     evidence (−52.62 ± 0.10), because they did not hold that mode in proportion; the
-    tempering from the mode gave −52.37 ± 0.29 (levels −52.66, −52.50 and −52.37 after 25, 50
-    and 100 sweeps). Elsewhere, when the search found a mode the
-    particles never reached that would move the estimate by more than its SE.
+    tempering from the mode gave −52.37 ± 0.29 (levels −52.66, −52.50 and −52.37 after 25,
+    50 and 100 sweeps). Elsewhere, when the search found a mode the particles never reached
+    that would move the estimate by more than its SE.
 
     Returns the search and either the result from the mode, which replaces the tempering from
     the prior (:func:`_adopt_from_mode`), or the tempering's levels, a cross-check the result
