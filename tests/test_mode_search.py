@@ -142,6 +142,28 @@ def test_on_an_mlp_the_tempering_from_the_best_mode_runs_and_replaces_a_lower_es
     assert replaced.timing["reference"] < 0.5 * searched.timing["reference"]
 
 
+#: The evidence of Liang's example-1 MLP with one hidden unit (mlp_calibration.md's
+#: importance sampling).
+LIANG_H1_LOG_EVIDENCE = -37.676
+
+
+def test_on_an_mlp_a_first_level_that_agrees_with_the_first_round_is_the_only_one():
+    """Where the tempering from the prior holds the mode (Liang's MLP with one hidden unit),
+    the first level of the tempering from the mode agrees with the first round, and the
+    relaxation stops there instead of doubling twice more; the estimate is the prior's."""
+    model = testing.liang_mlp(1, *testing.liang_data(seed=1))
+    options = dict(n_particles=64, n_groups=4, target_se=None, effort_check=False,
+                   random_seed=2, progressbar=False)
+    plain = pm_evidence.thermodynamic(model, mode_search=False, **options)
+    searched = pm_evidence.thermodynamic(model, **options)
+    assert searched.log_evidence == plain.log_evidence and searched.se == plain.se
+    assert searched.reference_sweeps == (reference_module.REFERENCE_SWEEPS,)
+    (level,), (level_se,) = searched.reference_log_evidence, searched.reference_se
+    assert -3 * np.hypot(level_se, plain.se) <= level - plain.log_evidence
+    assert level - plain.log_evidence <= 2 * np.hypot(level_se, plain.se)
+    assert abs(level - LIANG_H1_LOG_EVIDENCE) < 3 * level_se
+
+
 @pytest.mark.parametrize("bad", ["yes", 0, -3, 2.5])
 def test_a_bad_mode_search_is_refused_before_any_work(bad):
     with pytest.raises((ValueError, TypeError), match="mode_search"):

@@ -226,7 +226,9 @@ def thermodynamic(
         half the prior, half a Gaussian fitted to a population relaxed by HMC at the mode, for
         ``25`` sweeps, then twice as many until two doublings in a row give estimates that
         agree (up to 400 sweeps; if they never do, the SE is at least the last move; if they
-        agree but still rose, at least that rise). At the mode, HMC trajectories are at least
+        agree but still rose, at least that rise), or, when the particles reached the mode,
+        until the first level agrees with the first round's estimate (the same rule: two
+        paths that fail differently agree). At the mode, HMC trajectories are at least
         4 long (``trajectory_length``), so that the points travel along the mode's extent.
         That tempering runs on an MLP (``mlp_layers`` given or recognised) always, and
         elsewhere when a mode from the prior draws lies more than a nat above every mode the
@@ -245,9 +247,10 @@ def thermodynamic(
         round's estimate is in ``log_evidence_from_prior``, and a warning says what happened.
         Either way the levels are in ``reference_sweeps``, ``reference_log_evidence`` and
         ``reference_se``, their seconds in ``timing["reference"]``. It can cost more than the
-        tempering from the prior: 2.4 and 3.2 times a whole default fit on Liang's MLPs with
-        one and two hidden units, 0.3 times on the robot arm with two, about 2 hours beside
-        the first round's hour on the robot arm with three; ``mode_search=False`` skips it.
+        tempering from the prior: 0.9, 0.5 and 6 times a whole default fit on Liang's MLPs
+        with one to three hidden units (one level each, its long trajectories the cost), 0.3
+        times on the robot arm with two, about 2 hours beside the first round's hour on the
+        robot arm with three; ``mode_search=False`` skips it.
         ``"auto"`` searches on MLPs, whose posteriors have many modes; elsewhere a
         funnel-shaped posterior may have no mode to find. The outcome is in
         ``best_log_joint_from_prior`` and ``best_log_joint_from_particles``, its time in
@@ -919,7 +922,8 @@ def _search_and_temper(rng, model, density, first: Round, layers, settings, roun
         return search, None
     from_mode = _from_mode_state(store, search, prior_starts, rng)
     reached = _temper_from_mode(rng, density, from_mode, settings, round_settings, progressbar,
-                                store, timing, messages)
+                                store, timing, messages,
+                                agrees_with=None if unreached else first_estimate)
     if reached is None:
         return search, None
     last = reached.levels[-1][1]
@@ -968,9 +972,10 @@ def _levels_fields(reached) -> dict:
 
 
 def _temper_from_mode(rng, density, from_mode: dict, settings, round_settings, progressbar,
-                      store, timing, messages):
+                      store, timing, messages, agrees_with=None):
     """The levels of tempering from references at ``from_mode["mode"]``, or None when no
-    reference could be built (the sampling done so far is not lost).
+    reference could be built (the sampling done so far is not lost); a first level that
+    agrees with ``agrees_with``, the tempering from the prior's estimate, is the only one.
 
     Its progress is saved in ``store`` beside the tempering from the prior, and a resumed
     run (whose search, run again, finds the same mode) goes on from it.
@@ -983,7 +988,8 @@ def _temper_from_mode(rng, density, from_mode: dict, settings, round_settings, p
                                     settings["n_particles"], round_settings, bar, _settled,
                                     progress=from_mode["progress"],
                                     save=lambda progress: _save_from_mode(
-                                        store, from_mode, rng, progress=progress))
+                                        store, from_mode, rng, progress=progress),
+                                    agrees_with=agrees_with)
     except (ValueError, np.linalg.LinAlgError) as err:
         # e.g. a population at the mode too degenerate for a Gaussian
         warn(messages, f"tempering from the mode the search found failed ({err}); the "
