@@ -3,7 +3,7 @@
 Data: n = 30 points from a tanh MLP with P = 2 inputs and H = 2 hidden units (Liang's weights,
 σ = 0.2). Models: H = 1, …, 4 hidden units with Liang's prior (eq. 3.2; ν = η = 1,
 τ_β = τ_γ = 100), the output weights integrated out as Liang does
-(:func:`pymc_evidence.testing.liang_mlp`). Three estimators side by side:
+(:func:`pymc_evidence.testing.liang_mlp`). Four estimators side by side:
 
 * contour Monte Carlo with Liang's birth/death moves (``cmc(..., mlp_layer=...)``);
 * thermodynamic integration / stepping stones, one model at a time;
@@ -16,7 +16,10 @@ mode also repeats Table 4: CMC's posterior model probabilities against the sampl
 
 Writes to ``--out`` (default ``examples/results``): ``liang_mlp_table3.csv`` (one row per model
 and method), ``liang_mlp_table4.csv`` (full mode; one row per sample size and model) and
-``liang_mlp.png`` (CMC's model transition path, and the probabilities by method).
+``liang_mlp.png`` (CMC's model transition path, and the probabilities by method). Both tables
+also give each method's probabilities with every model's evidence divided by H!, the number of
+orderings of its hidden units (``per_ordering``; Table 4: ``mean_per_ordering``): Liang's
+numbers match ours read that way.
 
 Run ``python examples/liang_mlp.py --quick`` for a smoke test (minutes: most of it compiles the
 four models' densities and Hessians, ~10–20 min with a cold PyTensor cache on a loaded machine).
@@ -30,6 +33,7 @@ the figure draws, always runs: about a minute).
 from __future__ import annotations
 
 import argparse
+import math
 import time
 import warnings
 from pathlib import Path
@@ -82,6 +86,14 @@ def _probabilities(log_z: dict) -> dict:
     values = np.array(list(log_z.values()))
     p = np.exp(values - np.nanmax(values))
     return dict(zip(log_z, p / np.nansum(p)))
+
+
+def _per_ordering(probability: dict) -> dict:
+    """The probabilities with each model's evidence divided by H!, the number of orderings of
+    its H hidden units: the evidence of one ordering of the units with the prior left
+    normalised over all of them. Liang's Tables 3 and 4 match ours read this way (README)."""
+    p = np.array([probability[f"H{h}"] / math.factorial(h) for h in HIDDEN])
+    return dict(zip((f"H{h}" for h in HIDDEN), p / p.sum()))
 
 
 def _run_cmc(models, seed, options):
@@ -151,23 +163,27 @@ def table4(seed: int, quick: bool, datasets: int | None = None, sizes=None,
             data_seed = 1000 * n + data_set + seed
             x, y = liang_data(n, seed=data_seed)
             results = _run_cmc(_models(x, y), data_seed, TABLE4_CMC)
+            per_ordering = _per_ordering({name: res.probability for name, res in results.items()})
             for name, res in results.items():
                 rows.append(dict(n=n, data_set=data_set, model=name,
                                  probability=res.probability,
-                                 probability_se=res.probability_se))
+                                 probability_se=res.probability_se,
+                                 per_ordering=per_ordering[name]))
         if path is not None:
             _summarise(pd.DataFrame(rows)).to_csv(path, index=False)
     return _summarise(pd.DataFrame(rows))
 
 
 def _summarise(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per n and model: mean, SD and count of the probabilities over data sets; how many data
-    sets put the most probability on a model other than the true H2; Liang's mean."""
+    """Per n and model: mean, SD and count of the probabilities over data sets, the mean of the
+    probabilities per ordering (:func:`_per_ordering`); how many data sets put the most
+    probability on a model other than the true H2; Liang's mean."""
     if runs.empty:
         return runs
     best = runs.loc[runs.groupby(["n", "data_set"])["probability"].idxmax()]
     errors = (best["model"] != "H2").groupby(best["n"]).sum()
     summary = runs.groupby(["n", "model"])["probability"].agg(["mean", "std", "count"]).reset_index()
+    summary["mean_per_ordering"] = runs.groupby(["n", "model"])["per_ordering"].mean().to_numpy()
     summary["error_rate"] = summary["n"].map(errors)
     summary["paper_mean"] = [PAPER_TABLE4.get(n, (np.nan,) * 4)[HIDDEN.index(int(m[1:]))] / 100
                              for n, m in zip(summary["n"], summary["model"])]
@@ -189,14 +205,21 @@ def figure(table: pd.DataFrame, results: dict, path: Path) -> None:
                 zip(stats["model_index"], last)]
     replica = int(np.argmax(switches))
     pm_evidence.plot_cmc_path(results, chain=replica, ax=left)
-    left.set_title(f"CMC model transition path (last stage, replica {replica} of "
-                   f"{len(switches)}, the most mobile)")
+    left.set_title(f"CMC's model path, last stage (replica {replica} of {len(switches)}, "
+                   "the most mobile)", fontsize=10)
     wide = table.pivot(index="model", columns="method", values="probability")
     wide = wide[[c for c in ("liang2005", "cmc", "thermodynamic", "nested", "laplace")
                  if c in wide]]
+    # Liang's evidences match ours divided by H! (README): CMC's read that way, beside his
+    wide.insert(1, "cmc ÷ H! (one ordering of the units)",
+                table[table["method"] == "cmc"].set_index("model")["per_ordering"])
     wide.plot.bar(ax=right, rot=0)
+    for bar in right.containers[1]:
+        bar.set_hatch("//")
+    right.set_ylim(0, 1.05)
+    right.legend(loc="upper right", fontsize=8)
     right.set_ylabel("posterior model probability")
-    right.set_title("Liang (2005) Example 1, n = 30")
+    right.set_title("Liang (2005) Example 1, n = 30", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -215,6 +238,17 @@ def _kept_rows(path: Path, methods) -> pd.DataFrame:
         raise ValueError(f"{path} has no rows of {missing} to keep: rerun them too "
                          f"(--methods {' '.join(ESTIMATORS)})")
     return kept
+
+
+def _with_per_ordering(table: pd.DataFrame) -> pd.DataFrame:
+    """Table 3 with each method's probabilities per ordering (:func:`_per_ordering`), Liang's
+    rows left as he reported them."""
+    table = table.copy()
+    table["per_ordering"] = np.nan
+    for _, rows in table[table["method"] != "liang2005"].groupby("method"):
+        per_ordering = _per_ordering(dict(zip(rows["model"], rows["probability"])))
+        table.loc[rows.index, "per_ordering"] = rows["model"].map(per_ordering)
+    return table
 
 
 def _in_table_order(table: pd.DataFrame) -> pd.DataFrame:
@@ -246,6 +280,7 @@ def main(quick: bool = False, out: str | Path = "examples/results", seed: int = 
             checkpoints.mkdir(parents=True, exist_ok=True)
         t3, results = table3(seed, quick, checkpoints, [m for m in ESTIMATORS if m in methods])
         t3 = _in_table_order(pd.concat([t3, kept], ignore_index=True) if len(kept) else t3)
+        t3 = _with_per_ordering(t3)
         t3.to_csv(path, index=False)
         figure(t3, results, out / "liang_mlp.png")
         print(f"table 3 done after {time.perf_counter() - start:.0f} s", flush=True)

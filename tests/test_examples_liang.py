@@ -27,6 +27,8 @@ def test_liang_example_quick(tmp_path):
         p = rows["probability"].to_numpy()
         assert np.all(np.isfinite(p)) and np.all(p >= 0)
         assert p.sum() == pytest.approx(1.0, abs=1e-6 if method != "liang2005" else 1e-3)
+        if method != "liang2005":
+            assert rows["per_ordering"].sum() == pytest.approx(1.0)
     cmc = table[table["method"] == "cmc"].set_index("model")
     # H1 (one unit) cannot fit the two-unit truth: every method puts almost nothing on it
     assert (table[table["model"] == "H1"]["probability"] < 0.05).all()
@@ -58,3 +60,15 @@ def test_liang_example_keeps_the_rows_of_estimators_not_rerun(tmp_path):
     ordered = example._in_table_order(table)
     assert list(ordered["method"].unique()) == ["cmc", "nested", "laplace"]
     assert list(ordered["model"]) == models * 3
+
+
+def test_liang_example_per_ordering_divides_each_evidence_by_the_units_orderings():
+    example = _load()
+    # equal evidences: one ordering of H units holds 1/H! of each, so H1 : H4 = 24 : 1
+    p = example._per_ordering({f"H{h}": 0.25 for h in example.HIDDEN})
+    weights = np.array([1, 1 / 2, 1 / 6, 1 / 24])
+    np.testing.assert_allclose(list(p.values()), weights / weights.sum())
+    # the ratio of two models' evidences changes by the ratio of their orderings
+    p = example._per_ordering({"H1": 0.0, "H2": 0.6, "H3": 0.3, "H4": 0.1})
+    assert p["H1"] == 0.0 and sum(p.values()) == pytest.approx(1.0)
+    assert p["H3"] / p["H2"] == pytest.approx(0.5 / 3) and p["H4"] / p["H3"] == pytest.approx(1 / 12)

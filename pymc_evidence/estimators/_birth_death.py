@@ -12,9 +12,11 @@ ratio of a birth is (the slot probabilities 1/(h+1) cancel)
 
     \\frac{T(\\omega^* \\to \\omega)}{T(\\omega \\to \\omega^*)}
     = \\frac{q_{i+1,i}}{q_{i,i+1}}\\,\\frac{1}{q(u)}
-    \\qquad \\text{(Liang 2005, §2.3; its 1/(i+1) is our uniform slot choice)}
+    \\qquad \\text{(Liang 2005, §2.3, without its 1/(i+1))}
 
-and its inverse for a death. ĝ and the targets enter through eq. 2.2 in :mod:`.cmc`.
+and its inverse for a death. Liang's 1/(i+1) is a death's choice of unit against a birth
+that places the new unit last; kept with a uniformly placed unit, it would divide each model's
+evidence by H!. ĝ and the targets enter through eq. 2.2 in :mod:`.cmc`.
 """
 
 from __future__ import annotations
