@@ -71,4 +71,5 @@ def test_liang_example_per_ordering_divides_each_evidence_by_the_units_orderings
     # the ratio of two models' evidences changes by the ratio of their orderings
     p = example._per_ordering({"H1": 0.0, "H2": 0.6, "H3": 0.3, "H4": 0.1})
     assert p["H1"] == 0.0 and sum(p.values()) == pytest.approx(1.0)
-    assert p["H3"] / p["H2"] == pytest.approx(0.5 / 3) and p["H4"] / p["H3"] == pytest.approx(1 / 12)
+    assert p["H3"] / p["H2"] == pytest.approx(0.5 / 3)
+    assert p["H4"] / p["H3"] == pytest.approx(1 / 12)
