@@ -123,6 +123,19 @@ def test_progress_bar_says_how_many_runs_the_se_asks_for(capsys):
     assert f"Nested sampling (run {res.n_runs} of {res.n_runs})" in shown
 
 
+def test_given_cores_run_the_first_runs_in_parallel(capsys):
+    """``cores`` given: the first runs already go to the workers, and give what one process
+    gives (by default the first run alone decides whether workers pay)."""
+    model, _ = testing.beta_binomial()
+    options = dict(random_seed=3, n_live=50, target_se=None)
+    parallel = pm_evidence.nested(model, cores=2, **options)
+    assert "Nested sampling (runs 1–2, in parallel)" in capsys.readouterr().err
+    serial = pm_evidence.nested(model, **options)
+    assert "Nested sampling (run 1 of 2)" in capsys.readouterr().err
+    assert parallel.run_log_evidence == serial.run_log_evidence
+    assert parallel.log_evidence == serial.log_evidence and parallel.se == serial.se
+
+
 def test_max_steps_warns():
     model, _ = testing.beta_binomial()
     with pytest.warns(EvidenceWarning, match="max_steps"):

@@ -181,11 +181,13 @@ def nested(
     backend : {"c", "numba"}, default "c"
         PyTensor backend for the compiled density.
     cores : int, optional
-        Processes for the runs after the first. Each run has its own random stream, and the
-        decision to start more runs is taken on finished runs in order, so the result is the
-        same for every value of ``cores``. Default: every usable CPU when the runs still to
-        do are expected to take more than 20 s (judged from the first run), workers can be
-        forked (Linux, no other Python thread running) and this is not itself a worker
+        Processes for the runs. Each run has its own random stream, and the decision to
+        start more runs is taken on finished runs in order, so the result is the same for
+        every value of ``cores``. Given, the first runs already run in parallel (a run on a
+        worker is checkpointed when it ends, not inside it: interrupted, it starts again).
+        Default: the first run alone in this process, then every usable CPU when the runs
+        still to do are expected to take more than 20 s (judged from the first run), workers
+        can be forked (Linux, no other Python thread running) and this is not itself a worker
         process, else one. An explicit ``cores > 1`` where forking is not safe starts workers
         from a fork server, which re-imports the main script: guard it with
         ``if __name__ == "__main__":``.
@@ -322,9 +324,9 @@ class MovesCheck(NamedTuple):
 
 
 def _sample(model, density, saved, store, settings, cores, progressbar) -> MovesCheck:
-    """The runs, from the checkpoint's on, then the moves check's levels: the first run in this
-    process (its time decides whether workers pay), later batches on ``cores`` worker
-    processes when they do."""
+    """The runs, from the checkpoint's on, then the moves check's levels: with ``cores`` None
+    the first run in this process (its time decides whether workers pay), later batches on
+    worker processes when they do; with ``cores`` given every batch on that many."""
     runs, seconds = saved["runs"], saved["seconds"]
     with contextlib.ExitStack() as stack:
         pool = None
@@ -351,10 +353,10 @@ def _sample(model, density, saved, store, settings, cores, progressbar) -> Moves
                 store.save(saved)
 
             fork = fork_is_safe()
-            if not seconds:  # the first run alone: its time decides whether workers pay
+            if cores is None and not seconds:  # the first run's time decides whether workers pay
                 workers = 1
             else:
-                expected = float(np.median(seconds)) * 2**level * len(todo)
+                expected = float(np.median(seconds)) * 2**level * len(todo) if seconds else np.inf
                 workers = n_workers(cores, expected, len(todo), fork)
             if workers <= 1:
                 for key, seed, index in zip(keys, run_seeds, todo):
@@ -373,7 +375,7 @@ def _sample(model, density, saved, store, settings, cores, progressbar) -> Moves
 
         while (wanted := _runs_wanted(runs, settings)) > len(runs):
             todo = range(len(runs), wanted)
-            batch(0, todo[:1] if not seconds else todo, wanted)
+            batch(0, todo[:1] if cores is None and not seconds else todo, wanted)
         if not _check_wanted(settings, runs):
             return MovesCheck(list(runs), [settings["num_inner_steps"]] * len(runs), [])
         return _moves_check(runs, saved, settings, batch)
