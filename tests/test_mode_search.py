@@ -103,8 +103,9 @@ def test_on_an_mlp_the_tempering_from_the_best_mode_runs_and_replaces_a_lower_es
     that mode. Not above the tempering from the prior by more than 2 combined SE, it is a
     cross-check the result keeps, and the estimate is the prior's as without the search;
     more than 2 above, it replaces it, with a warning. (The crude three-rung ladder leaves
-    the prior's estimate tens of nats low with an SE of 9 to 36 depending on the stack, so
-    which way the real levels go is not fixed: they are shifted far either way.)"""
+    the prior's estimate tens of nats low with an SE of 9 to 300 depending on the stack and
+    its NumPy and SciPy, so which way the real levels go is not fixed: they are shifted far
+    either way, upwards to ten of the prior's SEs above its estimate.)"""
     model = testing.robot_arm_mlp(1)
     options = dict(ladder=[0.0, 0.01, 0.1, 1.0], n_particles=32, n_groups=2, max_groups=2,
                    target_se=None, random_seed=0, progressbar=False,
@@ -129,15 +130,16 @@ def test_on_an_mlp_the_tempering_from_the_best_mode_runs_and_replaces_a_lower_es
     from_mode_se = searched.reference_se[-1]
     assert abs(from_mode - ROBOT_ARM_H1_LOG_EVIDENCE) < max(3 * from_mode_se, 0.3)
 
-    # the same run resumed from its checkpoint, its levels 100 nats higher: replaced
-    monkeypatch.setattr(thermodynamic_module, "temper_from_mode", levels_raised_by(100.0))
+    # the same run resumed from its checkpoint, its levels far above the prior's: replaced
+    raised_by = max(100.0, plain.log_evidence + 10 * plain.se - from_mode)
+    monkeypatch.setattr(thermodynamic_module, "temper_from_mode", levels_raised_by(raised_by))
     with pytest.warns(pm_evidence.EvidenceWarning, match="did not hold the mode in proportion"):
         replaced = pm_evidence.thermodynamic(model, **options)
     # the estimate is the last reference's groups (no more: target_se=None), resumed as saved
     assert replaced.log_evidence == pytest.approx(from_mode, abs=1e-9)
     assert replaced.log_evidence_from_prior == plain.log_evidence
     assert replaced.se_from_prior == plain.se
-    assert replaced.reference_log_evidence[-1] == pytest.approx(from_mode + 100.0)
+    assert replaced.reference_log_evidence[-1] == pytest.approx(from_mode + raised_by)
     assert abs(replaced.log_evidence - ROBOT_ARM_H1_LOG_EVIDENCE) < max(3 * replaced.se, 0.3)
     assert replaced.timing["reference"] < 0.5 * searched.timing["reference"]
 
