@@ -353,11 +353,9 @@ def _sample(model, density, saved, store, settings, cores, progressbar) -> Moves
                 store.save(saved)
 
             fork = fork_is_safe()
-            if cores is None and not seconds:  # the first run's time decides whether workers pay
-                workers = 1
-            else:
-                expected = float(np.median(seconds)) * 2**level * len(todo) if seconds else np.inf
-                workers = n_workers(cores, expected, len(todo), fork)
+            # By default the first run (no seconds yet) runs alone: its time decides.
+            expected = float(np.median(seconds)) * 2**level * len(todo) if seconds else 0.0
+            workers = n_workers(cores, expected, len(todo), fork)
             if workers <= 1:
                 for key, seed, index in zip(keys, run_seeds, todo):
                     begun = time.perf_counter()
