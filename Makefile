@@ -7,7 +7,7 @@
 # project into it, editable with its test extras (docs extras for make docs), whenever
 # pyproject.toml changes.
 # Other stack:  make test PYTHON=python3.12 VENV=.venv-312
-# Extra pytest arguments:  make test PYTEST_ARGS="--runslow -x"
+# Extra pytest arguments:  make test PYTEST_ARGS="--runslow -x"  (-n 0: no worker processes)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -23,8 +23,10 @@ DOCS_STAMP := $(VENV)/.pymc-evidence-docs-installed
 demo: install
 	$(BIN)/python examples/quickstart.py
 
+# One pytest worker per core, each taking whole test files, so that a file's module-scoped
+# fixtures (compiled models) are built once; PYTEST_ARGS="-n 0" runs in one process.
 test: install
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n auto --dist loadfile $(PYTEST_ARGS)
 
 # Sphinx with -W: any warning (a broken reference, a docstring markup error) fails the build.
 docs: install-docs

@@ -87,6 +87,7 @@ def test_prior_draws_follow_the_t_prior(collapsed):
 
 
 
+@pytest.mark.slow  # an MLP run: a minute or more on a 2-core machine
 def test_a_proposal_shaped_by_basin_draws_gives_chainings_evidence():
     """Importance sampling of the collapsed model, its proposal fitted to draws from the basins
     an optimiser finds, agrees with chaining on the full model (40 points from a two-unit

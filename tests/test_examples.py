@@ -62,6 +62,7 @@ def _check_robot_arm_table(table: pd.DataFrame, hidden: list[int]) -> None:
     assert np.allclose(table.loc[mackay, "test_error_floor"], 0.9423, atol=1e-4)
 
 
+@pytest.mark.slow  # an MLP run: a minute or more on a 2-core machine
 def test_robot_arm_quick_and_resume(tmp_path, capsys):
     script = _load("robot_arm")
     table = script.main(["--quick", "--hidden", "1", "--out", str(tmp_path)])

@@ -294,6 +294,7 @@ def test_no_layer_is_recognised_where_there_is_none(linear):
                             progressbar=False)
 
 
+@pytest.mark.slow  # an MLP run: a minute or more on a 2-core machine
 def test_a_layer_whose_output_weights_are_integrated_out_is_recognised():
     """Liang's MLP integrates the output weights out: its layer is found without them, confirmed
     by the symmetry check, aligned by "auto" and suggested by laplace with the log S it lacks."""

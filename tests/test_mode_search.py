@@ -96,6 +96,7 @@ def levels_raised_by(offset):
 ROBOT_ARM_H1_LOG_EVIDENCE = -514.512
 
 
+@pytest.mark.slow  # an MLP run: a minute or more on a 2-core machine
 def test_on_an_mlp_the_tempering_from_the_best_mode_runs_and_replaces_a_lower_estimate(
         monkeypatch, tmp_path):
     """On an MLP ("auto") the search runs after the first round, from its own random stream,
@@ -149,6 +150,7 @@ def test_on_an_mlp_the_tempering_from_the_best_mode_runs_and_replaces_a_lower_es
 LIANG_H1_LOG_EVIDENCE = -37.676
 
 
+@pytest.mark.slow  # an MLP run: a minute or more on a 2-core machine
 def test_on_an_mlp_a_first_level_that_agrees_with_the_first_round_is_the_only_one():
     """Where the tempering from the prior holds the mode (Liang's MLP with one hidden unit),
     the first level of the tempering from the mode agrees with the first round, and the

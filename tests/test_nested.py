@@ -198,6 +198,7 @@ def test_insertion_ranks_warn_when_the_moves_do_not_mix():
     assert res.insertion_z > 3.3
 
 
+@pytest.mark.slow  # an MLP run: a minute or more on a 2-core machine
 def test_mlp_layers_align_points_and_the_moves_check_keeps_the_evidence():
     """Exchangeable units with an exact evidence: aligning the points under the units'
     permutations leaves log Z within 3 SE. On an MLP (here with a fifth of the default moves,
