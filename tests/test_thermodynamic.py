@@ -275,7 +275,6 @@ def units3():
     return testing.unit_regression(3, x, y)
 
 
-@pytest.mark.slow  # an MLP run: a minute or more on a 2-core machine
 def test_mlp_layers_alignment_keeps_the_evidence(units3):
     """Aligning particles under the units' permutations is a move that keeps every tempered
     target: exact evidence of exchangeable units, within 3 SE."""

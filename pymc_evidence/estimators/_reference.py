@@ -22,7 +22,12 @@ found mode, symmetrised over the MLP layer's copies so that every tempered targe
 symmetry the aligned moves rely on. Symmetrising is a fold, not a sum over the 2^h·h! copies:
 the Gaussian restricted to the mode's domain (the points that are their own nearest copy to the
 mode, probability P), spread uniformly over the copies, has density q₀(a(θ)) / (|G|·P) at θ,
-a(θ) the copy of θ in the domain.
+a(θ) the copy of θ in the domain. The domains of the copies tile the space only when the copies
+are distinct: a mode that a symmetry fixes (units that coincide, as when the data determine only
+their sum, or a unit whose weights vanish) is its own copy, every point ties between copies, and
+on three exchangeable units the folded Gaussian held 0.67 of its mass, putting the evidence
+0.2–0.4 nats high at five times its SE. The domain is therefore that of the mode moved slightly
+off every such point (:func:`domain_anchor`).
 
 :func:`temper_from_mode` relaxes the population, fits the reference and tempers from it,
 relaxing longer until the estimates of two doublings in a row agree: a reference narrower than
@@ -43,10 +48,11 @@ from pymc_evidence import kernels
 from pymc_evidence.density import DensityValues
 from pymc_evidence.estimators._stepping_stone import round_increments, stepping_stone
 from pymc_evidence.estimators._tempering import Round, run_round
-from pymc_evidence.symmetry import alignment_map, is_nearest_copy, mlp_symmetry, transform_units
+from pymc_evidence.symmetry import (alignment_map, align_units, is_nearest_copy, mlp_symmetry,
+                                    transform_units)
 
 __all__ = ["FromModeProgress", "GaussianAtMode", "ModeReference", "ReferenceLevels",
-           "relax_at_mode", "temper_from_mode"]
+           "domain_anchor", "relax_at_mode", "temper_from_mode"]
 
 #: The reference's weight on the prior (the rest on the Gaussian at the mode).
 PRIOR_WEIGHT = 0.5
@@ -63,6 +69,22 @@ TRANSITIONS_PER_SWEEP = 5
 #: locally. On the robot-arm MLP with three hidden units this spread the relaxed population
 #: about three times as far per gradient evaluation as trajectories of length 1.
 LONG_TRAJECTORY_LENGTH, LONG_MAX_LEAPFROG = 4.0, 256
+
+
+#: How far :func:`domain_anchor` moves the mode, relative to its largest coordinate (or 1):
+#: far enough that the distances deciding a point's nearest copy differ by orders of magnitude
+#: more than their rounding, close enough that the domains of distinct copies do not change.
+ANCHOR_OFFSET = 1e-6
+
+
+def domain_anchor(mode: np.ndarray) -> np.ndarray:
+    """The point whose domain (its points' nearest copy) the reference lives in: ``mode`` moved
+    by ``ANCHOR_OFFSET`` along a fixed direction that no symmetry of the units maps to itself,
+    so that its copies are distinct even when the mode's are not. Deterministic, so that a
+    resumed run finds the same domain."""
+    mode = np.asarray(mode, float)
+    direction = np.random.default_rng(0).standard_normal(mode.shape)
+    return mode + ANCHOR_OFFSET * max(1.0, float(np.max(np.abs(mode), initial=0.0))) * direction
 
 
 def _copies(density, layers):
@@ -87,15 +109,18 @@ def relax_at_mode(density, layers, mode: np.ndarray, rng: np.random.Generator, s
     sharp mode's likelihood falls by millions of nats a short way off it, and spreads from
     there along long trajectories: on the robot-arm MLP with three hidden units the spread
     still grew after 1600 sweeps of the tempering's shorter ones. The moves stay in the
-    mode's domain under the layers' symmetries; ``dense``: the metric's kind, as the
-    tempering's.
+    mode's domain under the layers' symmetries (:func:`domain_anchor`'s), the starts moved there
+    as their copies; ``dense``: the metric's kind, as the tempering's.
     """
-    support = functools.partial(is_nearest_copy, density, layers, mode) if layers else None
+    anchor = domain_anchor(mode)
+    support = functools.partial(is_nearest_copy, density, layers, anchor) if layers else None
     if state is None:
         with np.errstate(all="ignore"):
             curvature, vectors = np.linalg.eigh(-density.hessian(mode))
         scale = 1e-3 / np.sqrt(np.clip(np.nan_to_num(np.abs(curvature), nan=1.0), 1.0, None))
         start = mode + (rng.standard_normal((n_points, density.dim)) * scale) @ vectors.T
+        if layers:
+            start = align_units(density, layers, anchor, start)
         state = kernels.init(density, start)
         keep = np.isfinite(state.log_prior + state.log_likelihood)
         if support is not None:
@@ -139,6 +164,7 @@ class ModeReference:
 
     def __init__(self, density, layers, mode: np.ndarray, gaussian: GaussianAtMode):
         self.base, self.layers, self.mode = density, list(layers), np.asarray(mode, float)
+        self.anchor = domain_anchor(self.mode)
         self.dim, self.names, self.shapes = density.dim, density.names, density.shapes
         self.split, self.to_constrained = density.split, density.to_constrained
         self.layer, self.hidden_units, _ = _copies(density, self.layers)
@@ -174,13 +200,13 @@ class ModeReference:
     def _in_domain(self, X):
         if not self.layers:
             return np.ones(len(X), dtype=bool)
-        return is_nearest_copy(self.base, self.layers, self.mode, X)
+        return is_nearest_copy(self.base, self.layers, self.anchor, X)
 
     def _log_gaussian(self, X) -> tuple[np.ndarray, np.ndarray]:
         """log q of the folded Gaussian at the rows of X, and its gradient."""
         rows = np.arange(len(X))[:, None]
         if self.layers:
-            index, signs = alignment_map(self.base, self.layers, self.mode, X)
+            index, signs = alignment_map(self.base, self.layers, self.anchor, X)
             aligned = signs * X[rows, index]
         else:
             aligned = X
