@@ -26,7 +26,7 @@ a(θ) the copy of θ in the domain. The domains of the copies tile the space onl
 are distinct: a mode that a symmetry fixes (units that coincide, as when the data determine only
 their sum, or a unit whose weights vanish) is its own copy, every point ties between copies, and
 on three exchangeable units the folded Gaussian held 0.67 of its mass, putting the evidence
-0.2–0.4 nats high at five times its SE. The domain is therefore that of the mode moved slightly
+0.25–0.43 nats high at 5–8 times its SE. The domain is therefore that of the mode moved slightly
 off every such point (:func:`domain_anchor`).
 
 :func:`temper_from_mode` relaxes the population, fits the reference and tempers from it,
