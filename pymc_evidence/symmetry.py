@@ -24,13 +24,15 @@ from functools import lru_cache
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+from scipy.sparse.csgraph import connected_components
 
 from pymc_evidence._validation import integer
 
 __all__ = [
     "MLPLayer", "mlp_symmetry", "align_units", "alignment_map", "transform_units", "as_layers",
     "detect_mlp_layers", "suggested_layers", "missing_layers_message", "resolve_layers",
-    "is_nearest_copy", "sampling_layers", "symmetrised_covariance",
+    "is_nearest_copy", "sampling_layers", "symmetrised_covariance", "domain_anchor",
+    "log_stabiliser",
 ]
 
 #: g(-a) = -g(a): flipping a unit's incoming weights, bias and outgoing weights is a symmetry.
@@ -521,6 +523,74 @@ def is_nearest_copy(density, layers: list[MLPLayer], reference: np.ndarray,
     index, signs = alignment_map(density, layers, reference, x)
     return (_alignable(x, np.asarray(reference, float))
             & np.all(index == np.arange(x.shape[1]), axis=1) & np.all(signs > 0, axis=1))
+
+
+#: How far :func:`domain_anchor` moves a point, relative to its largest coordinate (or 1):
+#: far enough that the distances deciding a point's nearest copy differ by orders of magnitude
+#: more than their rounding, close enough that the domains of distinct copies do not change.
+ANCHOR_OFFSET = 1e-6
+
+
+def domain_anchor(mode: np.ndarray) -> np.ndarray:
+    """A point whose domain (the points it is the nearest copy of, :func:`is_nearest_copy`)
+    stands for ``mode``'s: ``mode`` moved by ``ANCHOR_OFFSET`` along a fixed direction that no
+    symmetry of the units maps to itself, so that its copies are distinct even when the mode's
+    are not (a mode with coinciding or dead units is its own copy, every point ties between
+    copies, and its "domain" is not one copy of the space). Deterministic, so that a resumed
+    run finds the same domain."""
+    mode = np.asarray(mode, float)
+    direction = np.random.default_rng(0).standard_normal(mode.shape)
+    return mode + ANCHOR_OFFSET * max(1.0, float(np.max(np.abs(mode), initial=0.0))) * direction
+
+
+def log_stabiliser(density, layers: list[MLPLayer], mode: np.ndarray, metric: np.ndarray,
+                   radius: float = 1.0) -> float:
+    r"""Log of the number of the layers' symmetries that leave ``mode`` where it is.
+
+    Of the :math:`|G|` symmetric copies of a point, :math:`|G| / |G_\theta|` are distinct
+    (orbit-stabiliser theorem), :math:`G_\theta` the symmetries that fix it: a mode whose
+    units coincide (as when the data determine only their sum) or whose unit is dead (zero
+    weights, which its sign flip maps to themselves) stands for fewer copies than
+    :func:`mlp_symmetry` counts. A symmetry fixes the mode here when it moves it by less than
+    ``radius`` in the Mahalanobis distance :math:`\sqrt{\delta^\top M \delta}` of
+    ``metric`` :math:`M` (the Hessian at the mode: the copies then overlap within the Laplace
+    width, and are one mode, as :func:`pymc_evidence.laplace` merges optima).
+
+    Counted unit by unit: units that swapping (or, with a sign symmetry, swapping and
+    flipping both) keeps within the radius form classes, units that their own flip keeps
+    there are dead, and :math:`|G_\theta| = \prod_c n_c! \cdot 2^{\text{dead}}` for classes
+    of :math:`n_c` units, per layer.
+    """
+    mode = np.asarray(mode, float)
+    log_count = 0.0
+    for layer in layers:
+        incoming, outgoing = _unit_coordinates(density, layer)
+        h = incoming.shape[0]
+        out_sign = -1.0 if layer.sign_flips == "all" else 1.0
+
+        def moved(changes) -> bool:
+            delta = np.zeros_like(mode)
+            for coordinates, values in changes:
+                delta[coordinates] = values - mode[coordinates]
+            return float(delta @ metric @ delta) < radius**2
+
+        def swapped(i, j, sign):
+            return [(incoming[i], sign * mode[incoming[j]]),
+                    (incoming[j], sign * mode[incoming[i]]),
+                    (outgoing[i], (out_sign if sign < 0 else 1.0) * mode[outgoing[j]]),
+                    (outgoing[j], (out_sign if sign < 0 else 1.0) * mode[outgoing[i]])]
+
+        signs = (1.0, -1.0) if layer.sign_flips is not None else (1.0,)
+        alike = np.eye(h, dtype=bool)
+        for i, j in itertools.combinations(range(h), 2):
+            alike[i, j] = alike[j, i] = any(moved(swapped(i, j, sign)) for sign in signs)
+        _, labels = connected_components(alike, directed=False)
+        log_count += sum(math.lgamma(n + 1) for n in np.bincount(labels))
+        if layer.sign_flips is not None:
+            dead = sum(moved([(incoming[i], -mode[incoming[i]]),
+                              (outgoing[i], out_sign * mode[outgoing[i]])]) for i in range(h))
+            log_count += dead * math.log(2)
+    return log_count
 
 
 def _alignable(points: np.ndarray, reference: np.ndarray) -> np.ndarray:

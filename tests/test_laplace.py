@@ -16,10 +16,10 @@ from pymc_evidence import _optimize
 from pymc_evidence.density import get_density
 from pymc_evidence.results import EvidenceWarning
 from pymc_evidence.symmetry import (
-    MLPLayer, _assignment, align_units, detect_mlp_layers, resolve_layers, suggested_layers,
-    transform_units,
+    MLPLayer, _assignment, align_units, detect_mlp_layers, log_stabiliser, resolve_layers,
+    suggested_layers, transform_units,
 )
-from pymc_evidence.testing import liang_data, liang_mlp
+from pymc_evidence.testing import liang_data, liang_mlp, unit_regression
 
 from _linear import N_OBS, N_SLOPES, NOISE_SD, PRIOR_SD, linear_regression  # tests/_linear.py
 
@@ -233,6 +233,62 @@ def test_symmetric_copies_are_merged(mlp, mlp_mode):
     expected = row.log_joint + 0.5 * d * np.log(2 * np.pi) - 0.5 * row.log_det_H + np.log(48)
     assert merged.log_evidence == pytest.approx(expected, abs=1e-9)
     assert 0 < row.gamma < d
+
+
+def with_units(density, x, units: dict) -> np.ndarray:
+    """``x`` with hidden unit ``k`` set to ``(w_in, b_in, w_out)`` for each ``k: values``."""
+    values = {k: v[0].copy() for k, v in density.split(x[None]).items()}
+    for k, (w, b, v) in units.items():
+        values["w_in"][0, k], values["b_in"][k], values["w_out"][k] = w, b, v
+    return np.concatenate([values[name].ravel() for name in density.names])
+
+
+def test_the_symmetries_that_fix_a_point_are_counted(mlp_mode):
+    """|G_θ| = Π n_c! · 2^dead over classes of units equal up to sign (tanh)."""
+    density, x, _ = mlp_mode
+    metric = np.eye(density.dim)
+    values = {k: v[0] for k, v in density.split(x[None]).items()}
+    units = {k: (values["w_in"][0, k], values["b_in"][k], values["w_out"][k]) for k in range(3)}
+    count = lambda point: np.exp(log_stabiliser(density, [LAYER], point, metric))  # noqa: E731
+    assert count(x) == pytest.approx(1.0)
+    assert count(with_units(density, x, {2: units[1]})) == pytest.approx(2)  # coinciding
+    w, b, v = units[1]
+    assert count(with_units(density, x, {2: (-w, -b, -v)})) == pytest.approx(2)  # up to sign
+    assert count(with_units(density, x, {0: (0, 0, 0)})) == pytest.approx(2)  # dead: its flip
+    both_dead = with_units(density, x, {0: (0, 0, 0), 2: (0, 0, 0)})
+    assert count(both_dead) == pytest.approx(2 * 2**2)  # swap, and each one's flip
+    assert count(with_units(density, x, {0: units[1], 2: units[1]})) == pytest.approx(6)
+    # within the radius in the metric's distance, not beyond it
+    nearly = with_units(density, x, {2: (w + 0.6, b, v)})  # the swap moves it by 0.6·√2
+    assert count(nearly) == pytest.approx(2)
+    assert np.exp(log_stabiliser(density, [LAYER], nearly, metric, radius=0.8)) == 1
+    relu = MLPLayer(weights="w_in", bias="b_in", output="w_out", activation="relu")
+    assert np.exp(log_stabiliser(density, [relu], both_dead, metric)) == pytest.approx(2)
+
+
+def test_a_mode_that_the_symmetries_fix_stands_for_fewer_copies():
+    """Three exchangeable units seen only through their sum: the posterior is one Gaussian
+    whose mode has all units equal, fixed by all 3! permutations, so it is its own copy and
+    log S must not be added (it was: log Z came out log 6 = 1.79 nats high)."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (25, 2))
+    y = 0.3 + x @ [0.8, -0.5] + 0.4 * x[:, 0] ** 2 + 0.5 * rng.normal(size=25)
+    model, exact = unit_regression(3, x, y)
+    layer = MLPLayer("W", output="v", bias="b", activation="relu")
+    res = pm_evidence.laplace(model, mlp_layers=layer, restarts=2, random_seed=1,
+                              progressbar=False)
+    assert res.log_evidence == pytest.approx(exact, abs=1e-6)
+    assert res.diagnostics.copies.tolist() == [1.0] and res.log_symmetry == pytest.approx(
+        np.log(6))
+    # the check counts only one copy's domain, whatever the stabiliser: ~1/6 of the draws,
+    # every weight equal (the posterior is the Gaussian); the fraction's noise is ~0.07 nats
+    assert res.importance_ess == pytest.approx(1000 / 6, rel=0.3)
+    assert abs(res.importance_log_evidence - exact) < 0.3
+    assert not res.warnings
+    # a symmetry given by hand is the user's count of copies, used as given
+    given = pm_evidence.laplace(model, mlp_layers=layer, symmetry=6, restarts=2, random_seed=1,
+                                check_draws=0, progressbar=False)
+    assert given.log_evidence - exact == pytest.approx(np.log(6), abs=1e-6)
 
 
 def test_mlp_layers_dict_form_and_bad_names(mlp, mlp_mode):

@@ -48,11 +48,11 @@ from pymc_evidence import kernels
 from pymc_evidence.density import DensityValues
 from pymc_evidence.estimators._stepping_stone import round_increments, stepping_stone
 from pymc_evidence.estimators._tempering import Round, run_round
-from pymc_evidence.symmetry import (alignment_map, align_units, is_nearest_copy, mlp_symmetry,
-                                    transform_units)
+from pymc_evidence.symmetry import (alignment_map, align_units, domain_anchor, is_nearest_copy,
+                                    mlp_symmetry, transform_units)
 
 __all__ = ["FromModeProgress", "GaussianAtMode", "ModeReference", "ReferenceLevels",
-           "domain_anchor", "relax_at_mode", "temper_from_mode"]
+           "relax_at_mode", "temper_from_mode"]
 
 #: The reference's weight on the prior (the rest on the Gaussian at the mode).
 PRIOR_WEIGHT = 0.5
@@ -69,22 +69,6 @@ TRANSITIONS_PER_SWEEP = 5
 #: locally. On the robot-arm MLP with three hidden units this spread the relaxed population
 #: about three times as far per gradient evaluation as trajectories of length 1.
 LONG_TRAJECTORY_LENGTH, LONG_MAX_LEAPFROG = 4.0, 256
-
-
-#: How far :func:`domain_anchor` moves the mode, relative to its largest coordinate (or 1):
-#: far enough that the distances deciding a point's nearest copy differ by orders of magnitude
-#: more than their rounding, close enough that the domains of distinct copies do not change.
-ANCHOR_OFFSET = 1e-6
-
-
-def domain_anchor(mode: np.ndarray) -> np.ndarray:
-    """The point whose domain (its points' nearest copy) the reference lives in: ``mode`` moved
-    by ``ANCHOR_OFFSET`` along a fixed direction that no symmetry of the units maps to itself,
-    so that its copies are distinct even when the mode's are not. Deterministic, so that a
-    resumed run finds the same domain."""
-    mode = np.asarray(mode, float)
-    direction = np.random.default_rng(0).standard_normal(mode.shape)
-    return mode + ANCHOR_OFFSET * max(1.0, float(np.max(np.abs(mode), initial=0.0))) * direction
 
 
 def _copies(density, layers):

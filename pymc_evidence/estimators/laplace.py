@@ -30,7 +30,8 @@ from pymc_evidence.density import get_density
 from pymc_evidence.estimators import _mackay
 from pymc_evidence.results import LaplaceResult, warn
 from pymc_evidence.symmetry import (
-    MLPLayer, align_units, as_layers, missing_layers_message, mlp_symmetry, suggested_layers,
+    MLPLayer, align_units, alignment_map, as_layers, domain_anchor, is_nearest_copy,
+    log_stabiliser, missing_layers_message, mlp_symmetry, sampling_layers, suggested_layers,
 )
 
 __all__ = ["laplace"]
@@ -54,6 +55,7 @@ class _Mode:
     optimizer_success: bool
     extra: dict = field(default_factory=dict)  # framework-specific columns
     log_hyper_terms: float = 0.0  # eq. 11's ½ ln(2/γ) terms (MacKay framework)
+    log_stabiliser: float = 0.0  # log of the symmetries that fix the mode (its copies: S / that)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -81,13 +83,17 @@ class _Mode:
             return self.decrement < 1e-6
         return bool(np.max(np.abs(self.grad)) < 1e-6)
 
+    def log_copies(self, log_symmetry: float) -> float:
+        """log of the distinct symmetric copies the mode stands for, ``log S − log |G_θ|``."""
+        return log_symmetry - self.log_stabiliser
+
     def log_evidence(self, log_symmetry: float) -> float:
         """This mode's Laplace evidence (eq. in :func:`laplace`); NaN unless H is PD."""
         if not self.positive_definite or not np.isfinite(self.log_hyper_terms):
             return np.nan
         d = self.x.size
         return (self.log_joint + 0.5 * d * LOG_2PI - 0.5 * self.log_det
-                + self.log_hyper_terms + log_symmetry)
+                + self.log_hyper_terms + self.log_copies(log_symmetry))
 
 
 def laplace(
@@ -121,7 +127,11 @@ def laplace(
 
     (MacKay 1992, eq. 1; Ghahramani & Rasmussen, lecture 12; Barber's slides, "Laplace's
     method"), where :math:`S` is the number of symmetry-equivalent copies of each mode
-    (``symmetry``). Distinct modes are summed as Barber & Bishop (1997, §4) sum the evidences of
+    (``symmetry``). With ``mlp_layers`` a mode that some of the symmetries fix (coinciding or
+    dead units) stands for :math:`S / |G_{\theta_m}|` distinct copies instead,
+    :math:`|G_{\theta_m}|` the number of symmetries that move it by less than
+    ``merge_distance`` (counted as described in the user guide's "Modes that are their own
+    copies"). Distinct modes are summed as Barber & Bishop (1997, §4) sum the evidences of
     the solutions found from different initialisations.
 
     With ``framework="mackay"`` the weight-decay precisions :math:`\alpha_k` of Gaussian weight
@@ -160,7 +170,8 @@ def laplace(
     symmetry : int, optional
         Number :math:`S \ge 1` of equivalent copies of every mode; :math:`\log S` is added to
         each mode's log evidence. Default: the product of :func:`mlp_symmetry` over
-        ``mlp_layers`` when given, else 1.
+        ``mlp_layers`` when given (each mode's count then divided by the symmetries that fix
+        it), else 1. A count given here is used as given, for every mode.
     mlp_layers : MLPLayer, dict or list of them, optional
         Which variables make up the hidden layer(s) of an MLP (see
         :class:`~pymc_evidence.symmetry.MLPLayer`). Optima that are copies of one another under
@@ -197,7 +208,9 @@ def laplace(
                 \frac{p(\theta_i, D)}{q(\theta_i)}, \qquad \theta_i \sim q,
 
         is unbiased for the evidence whatever the fit, and its weights' effective sample size
-        measures the fit. The Laplace value is flagged when the two disagree by more than one
+        measures the fit. With ``mlp_layers`` (and no ``symmetry``) only the draws in one
+        copy's domain count (the sum then runs over them, still divided by :math:`N`), so that
+        the check holds also where copies of a mode overlap; the ESS is of those draws. The Laplace value is flagged when the two disagree by more than one
         nat or the ESS is below 10 % of the draws (reported as ``importance_log_evidence``
         and ``importance_ess``).
     random_seed : int, Generator or None
@@ -212,12 +225,14 @@ def laplace(
     LaplaceResult
         ``method="laplace"``, ``se=0`` (the approximation's error is not a sampling error).
         ``diagnostics`` has one row per distinct mode (index ``"mode"``, best first):
-        ``log_evidence`` (the mode's contribution incl. :math:`\log S`; NaN if excluded),
+        ``log_evidence`` (the mode's contribution incl. the log of its ``copies``; NaN if
+        excluded),
         ``weight`` (its share of :math:`Z`), ``log_joint``, ``log_prior``, ``log_likelihood``,
         ``log_det_H``, ``min_eigenvalue``, ``second_eigenvalue``, ``max_eigenvalue`` (of
         :math:`H`), ``gamma`` (effective number of parameters), ``hits`` (optimisations that
         ended there), ``first_start``, ``grad_max``, ``newton_decrement``, ``converged``,
-        ``positive_definite``, ``included``, ``saddle_escapes`` (``framework="fixed"``); with
+        ``positive_definite``, ``included``, ``copies`` (the distinct symmetric copies the
+        mode stands for), ``saddle_escapes`` (``framework="fixed"``); with
         ``framework="mackay"`` also ``alpha_<group>``, ``gamma_<group>``, ``beta``,
         ``log_evidence_given_hyper``, ``iterations``, ``hyper_converged``. ``modes`` holds
         the modes' values in the constrained space (leading dimension ``mode``, in the order
@@ -303,6 +318,7 @@ def laplace(
     layers = as_layers(mlp_layers, density)
     messages: list[str] = []
     shapes = dict(zip(density.names, density.shapes))
+    counted_from_layers = symmetry is None and bool(layers)
     if symmetry is None:
         if not layers:
             _warn_if_mlp(messages, model, density, shapes)
@@ -312,6 +328,11 @@ def laplace(
 
     modes, n_start = _distinct_modes(density, rng, framework, restarts, start, groups, noise,
                                      layers, merge_distance, progressbar, messages)
+    if counted_from_layers:
+        for mode in modes:
+            if mode.positive_definite:
+                mode.log_stabiliser = log_stabiliser(density, layers, mode.x, mode.neg_hessian,
+                                                     merge_distance)
     t_modes = time.perf_counter()
 
     contributions = np.array([m.log_evidence(log_symmetry) for m in modes])
@@ -324,11 +345,12 @@ def laplace(
     if draws and included.any():
         posterior = _laplace_draws(density, [modes[i] for i in order if included[i]],
                                    weights[order][included[order]], draws, rng)
-    importance = (np.nan, np.nan)
+    importance = (np.nan, np.nan, 0)
     if check_draws and framework == "fixed" and included.any():
-        importance = _importance_check(density, [modes[i] for i in order if included[i]],
-                                       weights[order][included[order]], log_symmetry,
-                                       check_draws, rng)
+        importance = _importance_check(
+            density, [modes[i] for i in order if included[i]], weights[order][included[order]],
+            log_symmetry, check_draws, rng,
+            sampling_layers(density, layers) if counted_from_layers else [])
         _warn_on_misfit(messages, log_evidence, *importance, check_draws)
     hyperparameters = {}
     if framework == "mackay" and included.any():
@@ -607,6 +629,7 @@ def _diagnostics(
             "converged": m.converged,
             "positive_definite": m.positive_definite,
             "included": bool(included[i]),
+            "copies": float(np.round(np.exp(m.log_copies(log_symmetry)))),  # an integer
         }
         for key, value in m.extra.items():
             if key == "message" or key.startswith("_"):
@@ -614,7 +637,8 @@ def _diagnostics(
             row[key] = value
         if "beta" in m.extra or any(k.startswith("alpha_") for k in m.extra):
             row["log_evidence_given_hyper"] = (
-                contributions[i] - m.log_hyper_terms - log_symmetry if included[i] else np.nan
+                contributions[i] - m.log_hyper_terms - m.log_copies(log_symmetry)
+                if included[i] else np.nan
             )
         rows.append(row)
     frame = pd.DataFrame(rows)
@@ -630,11 +654,21 @@ def _groups_setting(groups):
     return None
 
 
-def _importance_check(density, modes, weights, log_symmetry, n, rng) -> tuple[float, float]:
+def _importance_check(density, modes, weights, log_symmetry, n, rng,
+                      domain_layers) -> tuple[float, float, int]:
     """Importance sampling of the evidence with the Laplace mixture q as proposal: log Ẑ_IS
-    (times the symmetry count, as the mixture covers one copy of each mode) and the ESS of the
-    weights p(θ, D) / q(θ)."""
+    , the ESS of the weights p(θ, D) / q(θ) and the number of draws that count.
+
+    The mixture covers one copy of each mode, so Ẑ_IS is the symmetry count times the
+    estimate. With ``domain_layers`` (the symmetry counted from them) only draws in one copy's
+    domain count, the modes aligned into it: ∫_domain p = Z / S for any p the symmetries keep,
+    so the check does not rely on the copies being distinct, as the Laplace sum does. The
+    domain is the top mode's moved off any point a symmetry fixes (:func:`domain_anchor`), and
+    the ESS is that of the draws in it (about n / |G_θ| of the top mode's)."""
     weights = weights / weights.sum()
+    if domain_layers:
+        anchor = domain_anchor(modes[0].x)
+        modes = [_aligned(density, domain_layers, anchor, mode) for mode in modes]
     X, chols = _mixture_draws(density, modes, weights, n, rng)
     log_q = np.empty((len(modes), n))
     for k, (mode, chol) in enumerate(zip(modes, chols)):
@@ -644,17 +678,33 @@ def _importance_check(density, modes, weights, log_symmetry, n, rng) -> tuple[fl
     log_prior, log_likelihood = density.log_densities(X)
     log_w = log_prior + log_likelihood - logsumexp(log_q, axis=0)
     log_w = np.where(np.isnan(log_w), -np.inf, log_w)
+    counted = n
+    if domain_layers:
+        inside = is_nearest_copy(density, domain_layers, anchor, X)
+        log_w, counted = np.where(inside, log_w, -np.inf), int(inside.sum())
     if not np.isfinite(log_w).any():
-        return -np.inf, 0.0
+        return -np.inf, 0.0, counted
     ess = float(np.exp(2 * logsumexp(log_w) - logsumexp(2 * log_w)))
-    return float(log_symmetry + logsumexp(log_w) - np.log(n)), ess
+    return float(log_symmetry + logsumexp(log_w) - np.log(n)), ess, counted
 
 
-def _warn_on_misfit(messages, log_evidence, importance_log_evidence, ess, n) -> None:
+def _aligned(density, layers, anchor, mode: _Mode) -> _Mode:
+    """The copy of ``mode`` nearest ``anchor``, its Hessian carried along (the symmetry is a
+    signed permutation of the coordinates)."""
+    index, signs = alignment_map(density, layers, anchor, mode.x)
+    hessian = np.outer(signs, signs) * mode.neg_hessian[np.ix_(index, index)]
+    return _Mode(x=signs * mode.x[index], log_prior=mode.log_prior,
+                 log_likelihood=mode.log_likelihood, neg_hessian=hessian,
+                 eigenvalues=mode.eigenvalues, grad=signs * mode.grad[index], starts=mode.starts,
+                 optimizer_success=mode.optimizer_success)
+
+
+def _warn_on_misfit(messages, log_evidence, importance_log_evidence, ess, n, total) -> None:
     if abs(importance_log_evidence - log_evidence) > 1.0 or ess < 0.1 * n:
+        counted = f"{n} draws" if n == total else f"the {n} of {total} draws in one copy's domain"
         warn(messages, f"the Laplace approximation does not fit this posterior: importance "
              f"sampling from its Gaussian(s) gives log Z = {importance_log_evidence:.3f} against "
-             f"{log_evidence:.3f}, with an effective sample size of {ess:.0f} of {n} draws. The "
+             f"{log_evidence:.3f}, with an effective sample size of {ess:.0f} of {counted}. The "
              "Laplace value may be off by several nats; use thermodynamic or nested for a "
              "number with an error bar.", stacklevel=4)
 
