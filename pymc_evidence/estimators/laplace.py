@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -210,9 +210,10 @@ def laplace(
         is unbiased for the evidence whatever the fit, and its weights' effective sample size
         measures the fit. With ``mlp_layers`` (and no ``symmetry``) only the draws in one
         copy's domain count (the sum then runs over them, still divided by :math:`N`), so that
-        the check holds also where copies of a mode overlap; the ESS is of those draws. The Laplace value is flagged when the two disagree by more than one
-        nat or the ESS is below 10 % of the draws (reported as ``importance_log_evidence``
-        and ``importance_ess``).
+        the check holds also where copies of a mode overlap; the ESS is of those draws. The
+        Laplace value is flagged when the two disagree by more than one nat or the ESS is
+        below 10 % of the draws (reported as ``importance_log_evidence`` and
+        ``importance_ess``).
     random_seed : int, Generator or None
         Seeds the prior draws used as starting points (and ``draws``, ``check_draws``).
     progressbar : bool, default True
@@ -656,8 +657,8 @@ def _groups_setting(groups):
 
 def _importance_check(density, modes, weights, log_symmetry, n, rng,
                       domain_layers) -> tuple[float, float, int]:
-    """Importance sampling of the evidence with the Laplace mixture q as proposal: log Ẑ_IS
-    , the ESS of the weights p(θ, D) / q(θ) and the number of draws that count.
+    """Importance sampling of the evidence with the Laplace mixture q as proposal: log Ẑ_IS,
+    the ESS of the weights p(θ, D) / q(θ) and the number of draws that count.
 
     The mixture covers one copy of each mode, so Ẑ_IS is the symmetry count times the
     estimate. With ``domain_layers`` (the symmetry counted from them) only draws in one copy's
@@ -693,10 +694,8 @@ def _aligned(density, layers, anchor, mode: _Mode) -> _Mode:
     signed permutation of the coordinates)."""
     index, signs = alignment_map(density, layers, anchor, mode.x)
     hessian = np.outer(signs, signs) * mode.neg_hessian[np.ix_(index, index)]
-    return _Mode(x=signs * mode.x[index], log_prior=mode.log_prior,
-                 log_likelihood=mode.log_likelihood, neg_hessian=hessian,
-                 eigenvalues=mode.eigenvalues, grad=signs * mode.grad[index], starts=mode.starts,
-                 optimizer_success=mode.optimizer_success)
+    return replace(mode, x=signs * mode.x[index], neg_hessian=hessian,
+                   grad=signs * mode.grad[index])
 
 
 def _warn_on_misfit(messages, log_evidence, importance_log_evidence, ess, n, total) -> None:
