@@ -85,6 +85,7 @@ class StateFile:
         self.earlier = 0.0
         self.started = time.perf_counter()
         self.state = None
+        self._saved_here = False
 
     def load(self):
         """The saved state, or None when there is no checkpoint yet."""
@@ -109,19 +110,30 @@ class StateFile:
         return self.state
 
     def save(self, state) -> None:
+        """Save ``state`` with the sampling seconds so far (this session's since it began)."""
         self.state = state
+        self._write(self.earlier + time.perf_counter() - self.started)
+
+    def finish(self, sampling_seconds: float) -> None:
+        """Record, with the finished state, the sampling seconds the run's result reports, so
+        that reloading the checkpoint reports the same cost; a reload that sampled nothing
+        leaves the file as it is."""
+        if self._saved_here:
+            self._write(sampling_seconds)
+
+    def _write(self, seconds: float) -> None:
         if self.path is None:
             return
 
         def write(temporary):
             with open(temporary, "wb") as file:
-                seconds = self.earlier + time.perf_counter() - self.started
-                pickle.dump({"format": FORMAT, "key": self.key, "state": state,
+                pickle.dump({"format": FORMAT, "key": self.key, "state": self.state,
                              "sampling_seconds": seconds}, file)
                 file.flush()
                 os.fsync(file.fileno())
 
         _atomic_write(self.path, write)
+        self._saved_here = True
 
 
 class ResultDirectory:

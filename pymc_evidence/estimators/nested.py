@@ -177,7 +177,8 @@ def nested(
         returns exactly what an uninterrupted call would; a checkpoint written with other
         settings (defaults included) or another model raises an error that names what
         differs. ``timing["sampling"]`` counts every
-        session's sampling (``timing["earlier_sessions"]``: the part before this call).
+        session's sampling (``timing["earlier_sessions"]``: the part before this call; a
+        finished checkpoint records what its run reported).
     backend : {"c", "numba"}, default "c"
         PyTensor backend for the compiled density.
     cores : int, optional
@@ -286,6 +287,7 @@ def nested(
     sampled = time.perf_counter()
     timing = {"compile": compiled - start, "sampling": store.earlier + sampled - compiled,
               "earlier_sessions": store.earlier}
+    store.finish(timing["sampling"])
     return _result(rng, model, density, check, saved, settings, timing, start, messages)
 
 

@@ -265,7 +265,9 @@ def thermodynamic(
         sampling. A checkpoint written with other settings (defaults included) or another
         model raises an error that names what differs. The result's ``timing["sampling"]``
         counts the sampling of every session that worked on the run
-        (``timing["earlier_sessions"]``: the part before this call).
+        (``timing["earlier_sessions"]``: the part before this call, with the tempering from
+        a mode that the checkpoint holds; a finished checkpoint records what its run
+        reported).
     backend : {"c", "numba"}, default "c"
         PyTensor backend for the compiled density.
     cores : int, optional
@@ -406,6 +408,7 @@ def thermodynamic(
             _search_rng(rng), model, density, rounds[0], layers, settings, round_settings,
             prior_starts, progressbar, store, timing, start, messages)
         if isinstance(from_mode, ThermodynamicResult):
+            store.finish(timing["sampling"] + timing["reference"])
             return from_mode
         bar = TemperingBar(progressbar)
     with one_blas_thread():
@@ -424,6 +427,8 @@ def thermodynamic(
 
     searching = timing.get("mode_search", 0.0) + timing.get("reference", 0.0)
     timing["sampling"] = store.earlier + sampled - compiled - searching
+    # The mode search runs again on a resume; the tempering from its mode does not.
+    store.finish(timing["sampling"] + timing.get("reference", 0.0))
     result = _result(rng, model, density, rounds, effort, ladder, settings, timing, start,
                      store.earlier, messages, search, prior_starts)
     if from_mode is None:
