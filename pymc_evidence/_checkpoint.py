@@ -145,6 +145,9 @@ class ResultDirectory:
         self.directory = None if directory is None else Path(directory)
         if self.directory is None:
             return
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ValueError(f"compare's checkpoint must be a directory (one result file per "
+                             f"model goes in it), got the file {self.directory}")
         self.directory.mkdir(parents=True, exist_ok=True)
         manifest = self.directory / self.MANIFEST
         record = {"format": FORMAT, "key": _canonical(key)}

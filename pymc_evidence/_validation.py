@@ -9,12 +9,14 @@ outside its range or choices raises ``ValueError`` ("n_particles must be an inte
 from __future__ import annotations
 
 import numbers
+import os
+from pathlib import Path
 
 import pymc as pm
 
 from pymc_evidence._compat import model_types
 
-__all__ = ["integer", "number", "choice", "resolve_model", "named_models"]
+__all__ = ["integer", "number", "choice", "checkpoint_file", "resolve_model", "named_models"]
 
 
 def integer(name: str, value, minimum: int | None = None, *, optional: bool = False,
@@ -63,6 +65,27 @@ def choice(name: str, value, choices):
         if value in choices:
             return value
     raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def checkpoint_file(checkpoint) -> Path | None:
+    """``checkpoint`` as the path of a file in a writable directory, made if missing: a long
+    run must not fail at its first save, after work that is then lost."""
+    if checkpoint is None:
+        return None
+    if not isinstance(checkpoint, (str, os.PathLike)):
+        raise TypeError(f"checkpoint must be a file path (str or os.PathLike) or None, "
+                        f"got {checkpoint!r}")
+    path = Path(checkpoint)
+    if path.is_dir():
+        raise ValueError(f"checkpoint must be the path of a file, got the directory {path} "
+                         f"(e.g. {path / 'run.ckpt'}; compare's checkpoint is a directory)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"checkpoint {path}: its directory cannot be made ({err})") from err
+    if not os.access(path.parent, os.W_OK):
+        raise ValueError(f"checkpoint {path}: its directory {path.parent} is not writable")
+    return path
 
 
 def resolve_model(model):

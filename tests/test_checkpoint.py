@@ -152,6 +152,36 @@ def test_compare_checkpoint_skips_finished_models(tmp_path, monkeypatch):
         pm_evidence.compare(models, checkpoint=directory, **OPTIONS)
 
 
+def test_checkpoint_path_is_checked_before_any_work(tmp_path, monkeypatch):
+    """A checkpoint file whose directory is missing gets it made (the first save of a long run
+    would fail after its work); a directory where a file is expected, or the reverse, is
+    refused before the model is compiled."""
+    from pymc_evidence.estimators import nested, thermodynamic
+
+    model = testing.beta_binomial()[0]
+    path = tmp_path / "not" / "yet" / "run.ckpt"
+    nested_options = dict(random_seed=1, progressbar=False, target_se=None, cores=1)
+    first = pm_evidence.nested(model, checkpoint=path, **nested_options)
+    assert path.exists()
+    assert pm_evidence.nested(model, checkpoint=path, **nested_options).log_evidence == (
+        first.log_evidence)
+
+    def compiled(*args, **kwargs):
+        raise AssertionError("the model was compiled before the checkpoint was checked")
+
+    monkeypatch.setattr(nested, "get_density", compiled)
+    monkeypatch.setattr(thermodynamic, "get_density", compiled)
+    for estimator in (pm_evidence.nested, pm_evidence.thermodynamic):
+        with pytest.raises(ValueError, match="must be the path of a file, got the directory"):
+            estimator(model, checkpoint=tmp_path, progressbar=False)
+        with pytest.raises(ValueError, match="its directory cannot be made"):
+            estimator(model, checkpoint=path / "run.ckpt", progressbar=False)
+        with pytest.raises(TypeError, match="checkpoint must be a file path"):
+            estimator(model, checkpoint=3, progressbar=False)
+    with pytest.raises(ValueError, match="compare's checkpoint must be a directory"):
+        pm_evidence.compare([model], checkpoint=path, progressbar=False)
+
+
 # ------------------------------------------------------------------------------------ nested
 NESTED_OPTIONS = dict(random_seed=5, progressbar=False, target_se=None, n_runs=4, n_live=300,
                       cores=1)

@@ -23,7 +23,8 @@ from pymc_evidence._checkpoint import StateFile, run_key
 from pymc_evidence._parallel import fork_is_safe, one_blas_thread, run_tasks, shut_down_after
 from pymc_evidence._progress import progress_bar
 from pymc_evidence._random import as_generator
-from pymc_evidence._validation import choice, integer, number, resolve_model
+from pymc_evidence._validation import (checkpoint_file, choice, integer, number,
+                                        resolve_model)
 from pymc_evidence.density import check_prior_draws, get_density
 from pymc_evidence.estimators._nested_core import (
     NestedRun, equal_weight_draws, kish_ess, nested_core,
@@ -173,7 +174,7 @@ def nested(
         ``moves_log_evidence`` and ``moves_se``.
     checkpoint : str or path, optional
         File where every finished run is saved at once, and an unfinished one every 30 s
-        (atomically, with its random state). If it exists, nested() resumes from it and
+        (atomically, with its random state; its directory is made if missing). If it exists, nested() resumes from it and
         returns exactly what an uninterrupted call would; a checkpoint written with other
         settings (defaults included) or another model raises an error that names what
         differs. ``timing["sampling"]`` counts every
@@ -261,6 +262,7 @@ def nested(
     n_live = integer("n_live", n_live, 8, optional=True)
     num_delete = integer("num_delete", num_delete, 1, optional=True)
     num_inner_steps = integer("num_inner_steps", num_inner_steps, 1, optional=True)
+    checkpoint = checkpoint_file(checkpoint)
     model = resolve_model(model)
     density = get_density(model, backend=backend)
     layers = resolve_layers(mlp_layers, model, density)

@@ -31,7 +31,8 @@ from pymc_evidence._constants import DENSE_METRIC_MAX_DIM
 from pymc_evidence._parallel import fork_is_safe, one_blas_thread, run_tasks, shut_down_after
 from pymc_evidence._progress import TemperingBar
 from pymc_evidence._random import as_generator
-from pymc_evidence._validation import choice, integer, number, resolve_model
+from pymc_evidence._validation import (checkpoint_file, choice, integer, number,
+                                        resolve_model)
 from pymc_evidence.density import get_density
 from pymc_evidence.estimators._mode_search import ModeSearch, search_modes
 from pymc_evidence.estimators._reference import temper_from_mode
@@ -256,12 +257,12 @@ def thermodynamic(
         ``best_log_joint_from_prior`` and ``best_log_joint_from_particles``, its time in
         ``timing["mode_search"]``.
     checkpoint : str or path, optional
-        File where every finished stage is saved (atomically, with the random generator's
-        state; extra groups run in worker processes, see ``cores``, are saved as each chunk
-        of them finishes), and every sweep and stage of the tempering from a mode the search
-        found. If it exists, the run resumes after its last
-        saved stage and returns exactly what an uninterrupted run would (the search itself
-        runs again, in seconds to a few minutes); a finished run is returned without
+        File where every finished stage is saved (its directory is made if missing;
+        atomically, with the random generator's state; extra groups run in worker processes,
+        see ``cores``, are saved as each chunk of them finishes), and every sweep and stage
+        of the tempering from a mode the search found. If it exists, the run resumes after
+        its last saved stage and returns exactly what an uninterrupted run would (the search
+        itself runs again, in seconds to a few minutes); a finished run is returned without
         sampling. A checkpoint written with other settings (defaults included) or another
         model raises an error that names what differs. The result's ``timing["sampling"]``
         counts the sampling of every session that worked on the run
@@ -356,6 +357,7 @@ def thermodynamic(
     )
     choice("effort_check", effort_check, ("auto", True, False))
     _validate_mode_search(mode_search)
+    checkpoint = checkpoint_file(checkpoint)
     model = resolve_model(model)
     settings = dict(
         target_se=target_se, n_particles=int(n_particles), n_groups=int(n_groups),
