@@ -194,6 +194,17 @@ def test_idata_missing_variable(hierarchical):
         pm_evidence.bridge(model, idata=posterior.drop_vars("z"), progressbar=False)
 
 
+def test_idata_outside_the_support(hierarchical):
+    """A draw the model cannot have (a negative scale) is named before any work, instead of
+    failing inside the proposal's fit."""
+    model, _, idata = hierarchical
+    posterior = posterior_of(idata).copy(deep=True)
+    posterior["tau"][0, 3] = -1.0
+    with pytest.raises(ValueError, match=r"1 of \d+ posterior draws lie outside the support of "
+                                         r"\['tau'\]"):
+        pm_evidence.bridge(model, idata=posterior, progressbar=False)
+
+
 def test_idata_wrong_type_and_options(regression):
     model = regression[0]
     with pytest.raises(TypeError, match="idata must be an arviz.InferenceData"):

@@ -192,6 +192,16 @@ def _unconstrained_draws(density, posterior: xr.Dataset) -> np.ndarray:
             f"the posterior draws map to {flat.shape[1]} unconstrained values per draw, the "
             f"model has {density.dim}: check the draws' shapes"
         )
+    outside = ~np.isfinite(flat)
+    if outside.any():
+        edges = np.cumsum([0, *density.sizes])
+        culprits = [name for name, start, stop in zip(names, edges[:-1], edges[1:])
+                    if outside[:, start:stop].any()]
+        raise ValueError(
+            f"{int(outside.any(axis=1).sum())} of {len(flat)} posterior draws lie outside the "
+            f"support of {culprits} (their transform to the unconstrained space is not finite): "
+            "pass draws of this model"
+        )
     return flat.reshape(n_chain, n_draw, density.dim)
 
 
@@ -350,7 +360,8 @@ def bridge(
     idata : arviz.InferenceData, xarray.DataTree or xarray.Dataset, optional
         Existing posterior draws of ``model`` (e.g. the output of ``pm.sample``; a Dataset is
         taken as the posterior group). Its constrained draws of every free variable are mapped
-        through the model's transforms to the unconstrained space. Without it, draws come from
+        through the model's transforms to the unconstrained space (a draw outside a variable's
+        support is an error that names the variable). Without it, draws come from
         PyMC's NUTS: ``pm.sample(draws, tune=tune, chains=chains, cores=1,
         random_seed=random_seed)`` compiled with ``backend``, so that
         ``bridge(model, random_seed=s)`` equals ``bridge(model, idata=pm.sample(..., cores=1,
