@@ -20,7 +20,7 @@ from pymc_evidence._parallel import local_pool, run_tasks, shut_down_after, usab
 from pymc_evidence._progress import progress_bar
 from pymc_evidence._random import spawn_seeds
 from pymc_evidence._validation import named_models
-from pymc_evidence.density import validate_model
+from pymc_evidence.density import different_data, validate_model
 from pymc_evidence.estimators.bic import bic
 from pymc_evidence.estimators.bridge import bridge
 from pymc_evidence.estimators.cmc import cmc
@@ -209,6 +209,9 @@ def compare(
     ----------
     models : list of pymc.Model or dict of {str: pymc.Model}
         A list takes names from the models' ``name`` (``model_0``, ``model_1``, ... if unnamed).
+        Models of the same data D: an :class:`EvidenceWarning` says, before any work, when the
+        values their observed variables hold differ (models whose likelihood is
+        ``pm.Potential`` terms alone are not checked).
     method : {"thermodynamic", "nested", "laplace", "bic", "bridge", "cmc"}, default "thermodynamic"
         ``"cmc"`` runs :func:`~pymc_evidence.cmc` once over all the models (its relative
         evidences come from one joint run; ``executor`` is not used).
@@ -298,6 +301,8 @@ def compare(
             validate_model(model)
         except (ValueError, TypeError) as err:
             raise type(err)(f"model {name!r}: {err}") from err
+    if differs := different_data(named):  # cmc says so itself, on its results
+        warnings.warn(differs, EvidenceWarning, stacklevel=2)
 
     seeds = spawn_seeds(random_seed, len(names))
     jobs = {

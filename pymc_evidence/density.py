@@ -40,7 +40,8 @@ from scipy.special import gammaln
 
 from pymc_evidence._compat import BACKENDS, compile_mode, lkj_normaliser_error, model_types
 
-__all__ = ["ModelDensity", "DensityValues", "get_density", "validate_model", "check_prior_draws"]
+__all__ = ["ModelDensity", "DensityValues", "get_density", "validate_model", "check_prior_draws",
+           "different_data"]
 
 IMPROPER_PRIORS = ("Flat", "HalfFlat")
 
@@ -499,12 +500,46 @@ def _lkj_excess(model) -> float:
     return total
 
 
+def _observed(model, rv) -> np.ndarray:
+    """The data an observed variable holds (a constant or a ``pm.Data`` container)."""
+    data = model.rvs_to_values[rv]
+    return np.asarray(data.get_value() if hasattr(data, "get_value") else data.data)
+
+
 def _leading_dim(model, rv) -> int:
     """Number of i.i.d. cases of an observed variable: its leading dimension (1 for scalars)."""
-    data = model.rvs_to_values[rv]
-    value = data.get_value() if hasattr(data, "get_value") else data.data
-    shape = np.shape(value)
+    shape = np.shape(_observed(model, rv))
     return int(shape[0]) if shape else 1
+
+
+def different_data(named: dict) -> str | None:
+    """What differs when the models ``{name: model}`` observe different data, else None.
+
+    Evidences p(D | M) are comparable only for one D. A model's data are the values of its
+    observed variables as a multiset (sorted, so that the same numbers split or shaped
+    otherwise count as the same data); a model whose likelihood is ``pm.Potential`` terms alone
+    keeps its data inside their graphs and is left out.
+    """
+    groups: list[tuple[np.ndarray, list[str]]] = []
+    for name, model in named.items():
+        if not model.observed_RVs:
+            continue
+        values = np.sort(np.concatenate(
+            [np.ravel(_observed(model, rv)).astype(float) for rv in model.observed_RVs]))
+        for seen, names in groups:
+            if seen.shape == values.shape and np.array_equal(seen, values, equal_nan=True):
+                names.append(name)
+                break
+        else:
+            groups.append((values, [name]))
+    if len(groups) < 2:
+        return None
+    described = "; ".join(f"{names} observe {values.size} values (mean {np.nanmean(values):.4g})"
+                          for values, names in groups)
+    return (f"the models observe different data ({described}): evidences p(D | M) of different "
+            "data are not comparable, so their ranking and weights compare nothing. Give every "
+            "model the same observed values (a model of log y is compared with one of y by "
+            "subtracting Σ log y, the Jacobian, from its log evidence)")
 
 
 def check_prior_draws(density, X, log_prior, log_likelihood, *, zero_likelihood: bool = True):

@@ -1,5 +1,7 @@
 """compare(): Barber's annotators by every method, table shape, weights and input handling."""
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pymc as pm
@@ -104,6 +106,49 @@ def test_bad_input(annotators):
         pm.Normal("y", 0, 1, observed=1.0)
     with pytest.raises(ValueError, match="model 'flat': free variable 'mu' has an improper prior"):
         pm_evidence.compare({"flat": flat, **models})
+
+
+def normal_mean(y, name, data=False):
+    with pm.Model(name=name) as model:
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("y", mu, 1, observed=pm.Data("y_data", y) if data else y)
+    return model
+
+
+def test_models_of_different_data_are_named_before_sampling(monkeypatch):
+    """Evidences of different data compare nothing (here y against log y, a classic slip):
+    compare and cmc say so before sampling. The same values split or held otherwise are the
+    same data."""
+    y = np.exp(np.random.default_rng(0).normal(0.5, 0.3, size=12))
+    same_split = pm.Model(name="split")
+    with same_split:
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("first", mu, 1, observed=y[::-1][:5])
+        pm.Normal("rest", mu, 1, observed=y[::-1][5:])
+    models = [normal_mean(y, "y"), same_split, normal_mean(y, "y_data", data=True),
+              normal_mean(np.log(y), "log_y")]
+    with pytest.warns(pm_evidence.EvidenceWarning) as caught:
+        pm_evidence.compare(models, method="laplace", random_seed=0, progressbar=False)
+    messages = [str(w.message) for w in caught if "observe different data" in str(w.message)]
+    assert len(messages) == 1
+    assert "['y', 'split', 'y_data'] observe 12 values" in messages[0]
+    assert "['log_y'] observe 12 values" in messages[0]
+
+    class Sampled(Exception):
+        pass
+
+    def sampled(*args, **kwargs):
+        raise Sampled
+
+    from pymc_evidence.estimators import cmc
+    monkeypatch.setattr(cmc, "_pilot_moves", sampled)
+    with pytest.warns(pm_evidence.EvidenceWarning, match="observe different data"):
+        with pytest.raises(Sampled):
+            pm_evidence.cmc(models[-2:], progressbar=False)
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*observe different data")
+        pm_evidence.compare(models[:3], method="bic", progressbar=False)
 
 
 def test_executor_gives_identical_table():

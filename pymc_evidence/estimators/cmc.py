@@ -29,7 +29,7 @@ from pymc_evidence._parallel import one_blas_thread
 from pymc_evidence._progress import progress_bar
 from pymc_evidence._random import as_generator
 from pymc_evidence._validation import integer, named_models, number
-from pymc_evidence.density import check_prior_draws, get_density
+from pymc_evidence.density import check_prior_draws, different_data, get_density
 from pymc_evidence.estimators._birth_death import (
     BirthDeath, FixedUnits, LiangUnits, StandardNormalUnits, validate_nested, pooled_units, unit_layout,
 )
@@ -433,8 +433,10 @@ def cmc(
     -----
     EvidenceWarning
         When visiting frequencies in the last stage are not flat (ĝ has not converged), when
-        between-model moves are rarely accepted (proposals fit the posteriors badly), and when
-        the importance-sampling anchor disagrees with CMC's ratios beyond their errors.
+        between-model moves are rarely accepted (proposals fit the posteriors badly), when
+        the importance-sampling anchor disagrees with CMC's ratios beyond their errors, and,
+        before any sampling, when the models observe different data (their evidences are then
+        not comparable).
 
     Notes
     -----
@@ -500,6 +502,9 @@ def cmc(
     rng = as_generator(random_seed)
     start = time.perf_counter()
     densities = _compile(named, backend)
+    data_messages: list[str] = []
+    if differs := different_data(named):  # said before any sampling, kept on every result
+        warn(data_messages, differs)
     pairs = [find_scale_pairs(density) for density in densities]
     settings["scale_moves"] = {name: describe(model_pairs)
                                for name, model_pairs in zip(names, pairs) if model_pairs} or None
@@ -511,7 +516,7 @@ def cmc(
     sampled = time.perf_counter()
 
     summary = _summarise(rng, run, densities, proposals, settings["anchor_draws"])
-    messages = _run_warnings(summary, run, layer, names)
+    messages = data_messages + _run_warnings(summary, run, layer, names)
     timing = {"compile": compiled - start, "pilot": piloted - compiled, "sampling": sampled - piloted}
     timing["total"] = time.perf_counter() - start
     sample_stats = _path_stats(run.core)
