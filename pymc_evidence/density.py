@@ -25,6 +25,7 @@ from pymc.distributions import transforms
 from pymc.logprob.utils import local_check_parameter_to_ninf_switch
 from pymc.pytensorf import compile as compile_pymc
 from pymc.pytensorf import find_rng_nodes, join_nonshared_inputs, reseed_rngs
+from pymc.variational.minibatch_rv import MinibatchRandomVariable
 from pytensor.gradient import jacobian
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
@@ -69,8 +70,8 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
     """Raise a clear error if ``model`` cannot have a proper evidence estimated.
 
     Cheap structural checks, run before anything is compiled: improper priors, discrete free
-    variables (when gradients are needed), ordered priors that cannot be normalised and a missing
-    likelihood.
+    variables (when gradients are needed), minibatch scaling (``total_size``, ``pm.Minibatch``),
+    ordered priors that cannot be normalised and a missing likelihood.
     """
     if not isinstance(model, model_types()):
         raise TypeError(f"expected a pymc.Model, got {type(model).__name__}")
@@ -96,6 +97,21 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
                 "every estimator here integrates or optimises over continuous parameters. "
                 "Marginalise it out (e.g. pymc_extras.marginalize, or sum over its values in a "
                 "pm.Potential) and estimate the evidence of the marginalised model."
+            )
+    for rv in (*model.free_RVs, *model.observed_RVs):
+        if isinstance(rv.owner.op, MinibatchRandomVariable):
+            raise ValueError(
+                f"variable {rv.name!r} was given total_size: PyMC rescales its log density as if "
+                "the data were that large (minibatch variational inference), so the model has no "
+                "evidence of its data. Remove total_size (and pm.Minibatch) to estimate the "
+                "evidence of the data it holds."
+            )
+    for rv in model.observed_RVs:
+        if find_rng_nodes([model.rvs_to_values[rv]]):
+            raise ValueError(
+                f"observed variable {rv.name!r} holds random data (pm.Minibatch draws another "
+                "batch at every evaluation): its likelihood changes from call to call and has "
+                "no evidence. Pass the whole data (an array or pm.Data) as observed."
             )
     for rv in model.free_RVs:
         _ordered_transform(model, rv)  # raises for an ordered prior it cannot normalise

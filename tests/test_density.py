@@ -277,10 +277,24 @@ BAD_MODELS = {
         lambda: _with_likelihood(lambda: pm.CustomDist("c_custom", 0.0, logp=_no_random_logp)),
         r"cannot draw from the prior of free variable 'c_custom'",
     ),
+    # minibatch models, as PyMC's variational examples write them: a rescaled or random
+    # likelihood has no evidence (with total_size the value was 10x the log likelihood's)
+    "total_size": (lambda: _minibatch(total_size=30), r"'y_batch' was given total_size"),
+    "minibatch": (lambda: _minibatch(), r"'y_batch' holds random data"),
 }
 
 
+def _minibatch(total_size=None):
+    y = np.random.default_rng(0).normal(size=30)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 1.0)
+        data = y[:3] if total_size else pm.Minibatch(y, batch_size=3)
+        pm.Normal("y_batch", mu, 1.0, observed=data, total_size=total_size)
+    return model
+
+
 @pytest.mark.parametrize("kind", list(BAD_MODELS))
+@pytest.mark.filterwarnings("ignore:total_size not provided")  # PyMC's own, on pm.Minibatch
 def test_bad_model_raises_naming_variable(kind):
     make, match = BAD_MODELS[kind]
     with pytest.raises(ValueError, match=match) as excinfo:
