@@ -517,9 +517,15 @@ def _lkj_excess(model) -> float:
 
 
 def _observed(model, rv) -> np.ndarray:
-    """The data an observed variable holds (a constant or a ``pm.Data`` container)."""
+    """The data an observed variable holds: a constant, a ``pm.Data`` container or an
+    expression of them (e.g. ``observed=2 * data``; random ones are refused by
+    :func:`validate_model`)."""
     data = model.rvs_to_values[rv]
-    return np.asarray(data.get_value() if hasattr(data, "get_value") else data.data)
+    if hasattr(data, "get_value"):
+        return np.asarray(data.get_value())
+    if hasattr(data, "data"):
+        return np.asarray(data.data)
+    return np.asarray(data.eval())
 
 
 def _leading_dim(model, rv) -> int:
