@@ -25,6 +25,8 @@ from pymc_evidence import testing
 
 #: Small thermodynamic settings: a run of these models takes a second or two.
 OPTIONS = dict(random_seed=11, progressbar=False, target_se=None, n_particles=64, n_groups=2)
+#: The tables here test dispatch, not a comparison: their models observe different data.
+pytestmark = pytest.mark.filterwarnings("ignore:the models observe different data")
 
 
 def small_models():
