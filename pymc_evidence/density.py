@@ -608,10 +608,14 @@ _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def get_density(model=None, *, backend: str = "c", require_gradient: bool = True) -> ModelDensity:
     """The compiled density of ``model``, built once and reused by every estimator.
 
-    The cache is keyed on the model object and invalidated when variables are added to it.
+    The cache is keyed on the model object and invalidated when variables are added to it or
+    ``pm.set_data`` gives a data container another shape: what the density holds besides its
+    compiled functions (the number of cases, the rows per call) follows from those shapes.
     """
     model = pm.modelcontext(model)
-    key = (backend, require_gradient, tuple(model.named_vars))
+    data_shapes = tuple((name, np.shape(var.get_value()))
+                        for name, var in model.named_vars.items() if hasattr(var, "get_value"))
+    key = (backend, require_gradient, tuple(model.named_vars), data_shapes)
     try:
         per_model = _cache.setdefault(model, {})
     except TypeError:  # models that cannot be weakly referenced are simply not cached

@@ -124,3 +124,27 @@ def test_unidentified_mle_warns():
     # at the MAP the prior identifies the direction: no warning
     res = pm_evidence.bic(model, random_seed=0, progressbar=False)
     assert not res.warnings
+
+
+def test_new_data_of_another_length_counts_its_cases():
+    """After pm.set_data gives the data another length, n is the new number of cases (it was
+    the first call's, cached with the compiled model): the BIC equals a fresh model's."""
+    y = np.random.default_rng(3).normal(size=40)
+
+    def normal_mean(data):
+        with pm.Model() as model:
+            mu = pm.Normal("mu", 0, 1)
+            pm.Normal("y", mu, 1, observed=data, shape=data.shape)
+        return model
+
+    with pm.Model() as model:
+        data = pm.Data("y_data", y[:10])
+        mu = pm.Normal("mu", 0, 1)
+        pm.Normal("y", mu, 1, observed=data, shape=data.shape)
+    assert pm_evidence.bic(model, progressbar=False).n == 10
+    with model:
+        pm.set_data({"y_data": y})
+    again = pm_evidence.bic(model, progressbar=False)
+    fresh = pm_evidence.bic(normal_mean(y), progressbar=False)
+    assert again.n == 40
+    assert again.log_evidence == pytest.approx(fresh.log_evidence, abs=1e-8)
