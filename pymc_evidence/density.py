@@ -98,7 +98,7 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
                 "Marginalise it out (e.g. pymc_extras.marginalize, or sum over its values in a "
                 "pm.Potential) and estimate the evidence of the marginalised model."
             )
-    for rv in (*model.free_RVs, *model.observed_RVs):
+    for rv in model.observed_RVs:  # PyMC allows total_size on observed variables only
         if isinstance(rv.owner.op, MinibatchRandomVariable):
             raise ValueError(
                 f"variable {rv.name!r} was given total_size: PyMC rescales its log density as if "
@@ -106,7 +106,6 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
                 "evidence of its data. Remove total_size (and pm.Minibatch) to estimate the "
                 "evidence of the data it holds."
             )
-    for rv in model.observed_RVs:
         if find_rng_nodes([model.rvs_to_values[rv]]):
             raise ValueError(
                 f"observed variable {rv.name!r} holds random data (pm.Minibatch draws another "
@@ -613,7 +612,7 @@ def get_density(model=None, *, backend: str = "c", require_gradient: bool = True
     compiled functions (the number of cases, the rows per call) follows from those shapes.
     """
     model = pm.modelcontext(model)
-    data_shapes = tuple((name, np.shape(var.get_value()))
+    data_shapes = tuple((name, np.shape(var.get_value(borrow=True)))
                         for name, var in model.named_vars.items() if hasattr(var, "get_value"))
     key = (backend, require_gradient, tuple(model.named_vars), data_shapes)
     try:

@@ -174,10 +174,10 @@ def nested(
         ``moves_log_evidence`` and ``moves_se``.
     checkpoint : str or path, optional
         File where every finished run is saved at once, and an unfinished one every 30 s
-        (atomically, with its random state; its directory is made if missing). If it exists, nested() resumes from it and
-        returns exactly what an uninterrupted call would; a checkpoint written with other
-        settings (defaults included) or another model raises an error that names what
-        differs. ``timing["sampling"]`` counts every
+        (atomically, with its random state; its directory is made if missing). If it
+        exists, nested() resumes from it and returns exactly what an uninterrupted call
+        would; a checkpoint written with other settings (defaults included) or another model
+        raises an error that names what differs. ``timing["sampling"]`` counts every
         session's sampling (``timing["earlier_sessions"]``: the part before this call; a
         finished checkpoint records what its run reported).
     backend : {"c", "numba"}, default "c"
