@@ -15,7 +15,7 @@ import pymc as pm
 import xarray as xr
 from scipy.special import logsumexp
 
-from pymc_evidence import _compat
+from pymc_evidence import _compat, _label_switching
 from pymc_evidence._constants import LOG_2PI
 from pymc_evidence._random import as_generator
 from pymc_evidence._validation import choice, integer, number, resolve_model
@@ -205,16 +205,25 @@ def _unconstrained_draws(density, posterior: xr.Dataset) -> np.ndarray:
     return flat.reshape(n_chain, n_draw, density.dim)
 
 
-def _log_joint(density, X: np.ndarray):
-    """Log prior and log likelihood at the rows of X, in chunks; NaN is mapped to −inf."""
+def _best(density, X: np.ndarray) -> int:
+    """The row of X with the highest log joint."""
+    log_joint = _log_joint(density, X)[0]
+    return int(np.argmax(log_joint))
+
+
+def _log_joint(density, X: np.ndarray, domain=None):
+    """Log joint (−inf where NaN, and outside a label-switching ``domain``), log prior and log
+    likelihood at the rows of X, in chunks."""
     prior, lik = [], []
     for start in range(0, X.shape[0], CHUNK):
         values = density(X[start : start + CHUNK])
         prior.append(values.log_prior)
         lik.append(values.log_likelihood)
     prior, lik = np.concatenate(prior), np.concatenate(lik)
-    log_joint = prior + lik
-    return np.where(np.isnan(log_joint), -np.inf, log_joint), prior, lik
+    log_joint = np.where(np.isnan(prior + lik), -np.inf, prior + lik)
+    if domain is not None:
+        log_joint[~_label_switching.in_domain(density, domain, X)] = -np.inf
+    return log_joint, prior, lik
 
 
 # --------------------------------------------------------------------------- the bridge
@@ -436,6 +445,14 @@ def bridge(
     The proposal is fitted to draws other than those in the iteration, as Overstall & Forster
     (2010) recommend; fitting and iterating on the same draws biases the estimate.
 
+    Label switching: when some free variables, permuted together along one axis, leave the
+    log prior and the log likelihood unchanged at prior draws (a mixture's exchangeable
+    components, ``K`` of them), every draw is relabelled to the labelling nearest the highest
+    draw's, the target is the posterior restricted to that domain, and
+    :math:`\log K!` is added: the domain's :math:`K!` relabellings tile the space, so
+    :math:`Z = K! \int_{\text{domain}} q`, however many copies NUTS visited
+    (``settings["components"]`` names the variables).
+
     Examples
     --------
     >>> import pymc as pm
@@ -492,9 +509,18 @@ def bridge(
     t_sampling = time.perf_counter()
 
     X = _unconstrained_draws(density, posterior)  # (chain, draw, d)
+    # Label switching: NUTS's chains each hold one labelling of a mixture's components, and a
+    # bridge over them would count those copies alone. The target is the posterior restricted
+    # to the labellings nearest one draw's, Z = K! ∫_domain p, the draws moved into it.
+    components = _label_switching.find_components(density)
+    domain = None
+    if components:
+        flat = X.reshape(-1, X.shape[2])
+        domain = _label_switching.domain_around(density, components, flat[_best(density, flat)])
+        X = _label_switching.canonical(density, domain, flat).reshape(X.shape)
     halves = _halves(X, proposal_draws)
     proposal = _fit_proposal(halves.fit)
-    terms = _bridge_terms(method, density, proposal, X, halves, rng)
+    terms = _bridge_terms(method, density, proposal, X, halves, rng, domain)
     t_evaluation = time.perf_counter()
 
     if np.isposinf(terms.t2).any() or np.isposinf(terms.t1).any():
@@ -503,6 +529,7 @@ def bridge(
     log_s1, log_s2 = _sample_weights(ess, halves)
     iteration = _iterate(terms.t1 - terms.g1, terms.t2 - terms.g2, log_s1, log_s2, max_iter, tol)
     error = _error(iteration.log_evidence, terms, log_s1, log_s2, halves.iter_shape)
+    log_copies = _label_switching.log_copies(components)
     t_iteration = time.perf_counter()
 
     divergences = _divergences(idata)
@@ -525,10 +552,11 @@ def bridge(
         "backend": backend,
         "random_seed": random_seed if isinstance(random_seed, (int, type(None))) else "given",
         "dim": int(X.shape[2]),
+        "components": [list(c.names) for c in components],
     }
     t_end = time.perf_counter()
     return BridgeResult(
-        log_evidence=float(iteration.log_evidence),
+        log_evidence=float(iteration.log_evidence + log_copies),
         se=error.cv,
         model_name=model.name or "",
         diagnostics=diagnostics,
@@ -539,7 +567,7 @@ def bridge(
         },
         re2=float(error.re2),
         cv=error.cv,
-        log_evidence_first_iteration=float(iteration.path[0]),
+        log_evidence_first_iteration=float(iteration.path[0] + log_copies),
         settings=settings,
         timing={
             "density": t_density - t_start,
@@ -678,27 +706,28 @@ class _Terms(NamedTuple):
     log_likelihood: np.ndarray
 
 
-def _bridge_terms(method, density, proposal: _Proposal, X, halves: _Halves, rng) -> _Terms:
+def _bridge_terms(method, density, proposal: _Proposal, X, halves: _Halves, rng,
+                  domain) -> _Terms:
     """The target and proposal log densities of ``method`` ("normal", or "warp3": the
-    symmetrised standardised posterior bridged to N(0, I), Meng & Schilling 2002)."""
+    symmetrised standardised posterior bridged to N(0, I), Meng & Schilling 2002); the target
+    is restricted to the label-switching ``domain`` (None: none)."""
     n_chain, n_draw, d = X.shape
     Z = rng.standard_normal((halves.n2, d))
-    log_q_draws, log_prior, log_lik = _log_joint(density, X.reshape(-1, d))
+    log_q_draws, log_prior, log_lik = _log_joint(density, X.reshape(-1, d), domain)
     log_q_iter = log_q_draws.reshape(n_chain, n_draw)[:, halves.n_half:].reshape(-1)
     if method == "normal":
         t1 = log_q_iter
         g1 = proposal.log_density(halves.iterate)
-        t2 = _log_joint(density, proposal.mean + Z @ proposal.chol.T)[0]
+        t2 = _log_joint(density, proposal.mean + Z @ proposal.chol.T, domain)[0]
         g2 = _log_std_normal(Z) - proposal.log_det_chol
     else:
         offset = proposal.log_det_chol - np.log(2.0)
-        mirrored = _log_joint(density, 2 * proposal.mean - halves.iterate)[0]
+        mirrored = _log_joint(density, 2 * proposal.mean - halves.iterate, domain)[0]
         t1 = offset + np.logaddexp(log_q_iter, mirrored)
         g1 = _log_std_normal(proposal.standardise(halves.iterate))
         LZ = Z @ proposal.chol.T
-        t2 = offset + np.logaddexp(
-            _log_joint(density, proposal.mean - LZ)[0], _log_joint(density, proposal.mean + LZ)[0]
-        )
+        t2 = offset + np.logaddexp(_log_joint(density, proposal.mean - LZ, domain)[0],
+                                   _log_joint(density, proposal.mean + LZ, domain)[0])
         g2 = _log_std_normal(Z)
     return _Terms(t1, g1, t2, g2, log_q_draws, log_q_iter, log_prior, log_lik)
 

@@ -12,6 +12,7 @@ import pandas as pd
 from scipy.linalg import solve_triangular
 from scipy.special import logsumexp
 
+from pymc_evidence import _label_switching
 from pymc_evidence._constants import LOG_2PI
 from pymc_evidence._optimize import (
     escape_saddles,
@@ -170,8 +171,12 @@ def laplace(
     symmetry : int, optional
         Number :math:`S \ge 1` of equivalent copies of every mode; :math:`\log S` is added to
         each mode's log evidence. Default: the product of :func:`mlp_symmetry` over
-        ``mlp_layers`` when given (each mode's count then divided by the symmetries that fix
-        it), else 1. A count given here is used as given, for every mode.
+        ``mlp_layers`` when given; else, with ``framework="fixed"``, :math:`\prod K!` over the
+        sets of exchangeable components found (a mixture's: free variables that permuting
+        together along one axis leaves the log density unchanged at prior draws), the optima
+        moved to the labelling nearest the best one's before merging; else 1. Each mode's
+        count is then divided by the symmetries that fix it. A count given here is used as
+        given, for every mode.
     mlp_layers : MLPLayer, dict or list of them, optional
         Which variables make up the hidden layer(s) of an MLP (see
         :class:`~pymc_evidence.symmetry.MLPLayer`). Optima that are copies of one another under
@@ -319,21 +324,27 @@ def laplace(
     layers = as_layers(mlp_layers, density)
     messages: list[str] = []
     shapes = dict(zip(density.names, density.shapes))
-    counted_from_layers = symmetry is None and bool(layers)
+    components = []
+    if symmetry is None and not layers and not _warn_if_mlp(messages, model, density, shapes):
+        # Label switching: without this the sum holds only the copies the restarts found.
+        components = _label_switching.find_components(density) if framework == "fixed" else []
+    counted = symmetry is None and bool(layers or components)
     if symmetry is None:
-        if not layers:
-            _warn_if_mlp(messages, model, density, shapes)
         symmetry = math.prod(mlp_symmetry(l.hidden_units(shapes), l.activation) for l in layers)
+        symmetry *= math.prod(math.factorial(c.size) for c in components)
     log_symmetry = math.log(symmetry)  # exact for counts beyond int64 (2^h h! at h ≥ 17)
     t_density = time.perf_counter()
 
-    modes, n_start = _distinct_modes(density, rng, framework, restarts, start, groups, noise,
-                                     layers, merge_distance, progressbar, messages)
-    if counted_from_layers:
+    modes, n_start, domain = _distinct_modes(density, rng, framework, restarts, start, groups,
+                                             noise, layers, components, merge_distance,
+                                             progressbar, messages)
+    if counted:
         for mode in modes:
             if mode.positive_definite:
-                mode.log_stabiliser = log_stabiliser(density, layers, mode.x, mode.neg_hessian,
-                                                     merge_distance)
+                mode.log_stabiliser = (
+                    log_stabiliser(density, layers, mode.x, mode.neg_hessian, merge_distance)
+                    if layers else _label_switching.log_stabiliser(
+                        density, components, mode.x, mode.neg_hessian, merge_distance))
     t_modes = time.perf_counter()
 
     contributions = np.array([m.log_evidence(log_symmetry) for m in modes])
@@ -351,7 +362,7 @@ def laplace(
         importance = _importance_check(
             density, [modes[i] for i in order if included[i]], weights[order][included[order]],
             log_symmetry, check_draws, rng,
-            sampling_layers(density, layers) if counted_from_layers else [])
+            sampling_layers(density, layers) if counted else [], domain if counted else None)
         _warn_on_misfit(messages, log_evidence, *importance, check_draws)
     hyperparameters = {}
     if framework == "mackay" and included.any():
@@ -362,6 +373,7 @@ def laplace(
         "start": None if start is None else "given",
         "symmetry": int(symmetry),
         "mlp_layers": [vars(layer) for layer in layers],
+        "components": [list(c.names) for c in components],
         "framework": framework,
         "groups": None if framework == "fixed" else _groups_setting(groups),
         "noise": noise,
@@ -399,17 +411,19 @@ def laplace(
 
 
 # --------------------------------------------------------------------------- steps
-def _warn_if_mlp(messages: list, model, density, shapes: dict) -> None:
+def _warn_if_mlp(messages: list, model, density, shapes: dict) -> bool:
     """Warn when the model looks like an MLP but neither ``mlp_layers`` nor ``symmetry`` was
-    given: the symmetric copies of every mode are then left out of the sum."""
+    given: the symmetric copies of every mode are then left out of the sum. True if it
+    warned."""
     layers = suggested_layers(model, density)
     if not layers:
-        return
+        return False
     copies = math.prod(mlp_symmetry(l.hidden_units(shapes), l.activation) for l in layers)
     warn(messages, missing_layers_message(
         layers, f"each mode found is one of {copies} symmetric copies, and without mlp_layers "
         f"(or symmetry) they are not added: the log evidence is {math.log(copies):.2f} nats "
         "too low."), stacklevel=4)
+    return True
 
 
 def _validate_arguments(restarts, start, symmetry, framework, groups, noise, merge_distance,
@@ -428,14 +442,17 @@ def _validate_arguments(restarts, start, symmetry, framework, groups, noise, mer
 
 
 def _distinct_modes(density, rng, framework, restarts, start, groups, noise, layers,
-                    merge_distance, progressbar, messages):
-    """The distinct modes (symmetry copies merged) and the number of optimisations run."""
+                    components, merge_distance, progressbar, messages):
+    """The distinct modes (symmetry copies merged), the number of optimisations run and,
+    with ``components``, the domain the modes were moved into."""
     if framework == "fixed":
-        candidates, n_start = _fixed_modes(density, rng, restarts, start, progressbar)
+        candidates, n_start, domain = _fixed_modes(density, rng, restarts, start, progressbar,
+                                                   components)
     else:
         candidates, n_start = _mackay_modes(
             density, rng, restarts, start, groups, noise, progressbar
         )
+        domain = None
     if not candidates:
         raise ValueError(
             f"the log density is not finite at any of the {n_start} starting points: check the "
@@ -444,7 +461,7 @@ def _distinct_modes(density, rng, framework, restarts, start, groups, noise, lay
     if n_start > len(candidates):
         warn(messages, f"{n_start - len(candidates)} of {n_start} starting points had a "
              "non-finite log density and were skipped", stacklevel=4)
-    return _merge(density, layers, candidates, merge_distance), n_start
+    return _merge(density, layers, candidates, merge_distance), n_start, domain
 
 
 def _warn_about_modes(messages, modes, contributions, order):
@@ -489,16 +506,28 @@ def _sum_over_modes(contributions, included, messages):
 
 
 # --------------------------------------------------------------------------- helpers
-def _fixed_modes(density, rng, restarts, start, progressbar):
+def _fixed_modes(density, rng, restarts, start, progressbar, components):
     """Optimise from every start, polish, climb off saddles, and analyse each optimum
-    (framework="fixed")."""
+    (framework="fixed"), moved to the copy with sorted ``components`` (the same mode then
+    looks the same whichever labelling the optimiser found)."""
     objective = joint_objective(density)
     starts = starting_points(density, rng, restarts, start)
     optima = multistart(objective, starts, progressbar=progressbar, desc="laplace: modes")
-    candidates = []
+    polished = []
     for opt in optima:
         opt, hess = newton_polish(objective, density.hessian, opt)
-        opt, hess, escapes = escape_saddles(objective, density.hessian, opt, hess)
+        polished.append(escape_saddles(objective, density.hessian, opt, hess))
+    domain = None
+    if components and polished:
+        best = max(polished, key=lambda p: p[0].value if np.isfinite(p[0].value) else -np.inf)
+        domain = _label_switching.domain_around(density, components, best[0].x)
+    candidates = []
+    for opt, hess, escapes in polished:
+        if domain is not None and not _label_switching.in_domain(density, domain, opt.x)[0]:
+            x = _label_switching.canonical(density, domain, opt.x)[0]
+            value, grad = objective(x)
+            opt, hess = newton_polish(objective, density.hessian,
+                                      opt._replace(x=x, value=value, grad=grad))
         mismatch, fd = hessian_mismatch(density, opt.x, hess)
         notes = []
         if mismatch > HESSIAN_RTOL:
@@ -519,7 +548,7 @@ def _fixed_modes(density, rng, restarts, start, progressbar):
                 notes=notes,
             )
         )
-    return candidates, len(starts)
+    return candidates, len(starts), domain
 
 
 def _mackay_modes(density, rng, restarts, start, groups, noise, progressbar):
@@ -656,7 +685,7 @@ def _groups_setting(groups):
 
 
 def _importance_check(density, modes, weights, log_symmetry, n, rng,
-                      domain_layers) -> tuple[float, float, int]:
+                      domain_layers, domain) -> tuple[float, float, int]:
     """Importance sampling of the evidence with the Laplace mixture q as proposal: log Ẑ_IS,
     the ESS of the weights p(θ, D) / q(θ) and the number of draws that count.
 
@@ -665,7 +694,9 @@ def _importance_check(density, modes, weights, log_symmetry, n, rng,
     domain count, the modes aligned into it: ∫_domain p = Z / S for any p the symmetries keep,
     so the check does not rely on the copies being distinct, as the Laplace sum does. The
     domain is the top mode's moved off any point a symmetry fixes (:func:`domain_anchor`), and
-    the ESS is that of the draws in it (about n / |G_θ| of the top mode's)."""
+    the ESS is that of the draws in it (about n / |G_θ| of the top mode's). With
+    a label-switching ``domain`` (:mod:`~pymc_evidence._label_switching`) the draws in it
+    count, the modes having been moved into it."""
     weights = weights / weights.sum()
     if domain_layers:
         anchor = domain_anchor(modes[0].x)
@@ -680,8 +711,9 @@ def _importance_check(density, modes, weights, log_symmetry, n, rng,
     log_w = log_prior + log_likelihood - logsumexp(log_q, axis=0)
     log_w = np.where(np.isnan(log_w), -np.inf, log_w)
     counted = n
-    if domain_layers:
-        inside = is_nearest_copy(density, domain_layers, anchor, X)
+    if domain_layers or domain is not None:
+        inside = (is_nearest_copy(density, domain_layers, anchor, X) if domain_layers
+                  else _label_switching.in_domain(density, domain, X))
         log_w, counted = np.where(inside, log_w, -np.inf), int(inside.sum())
     if not np.isfinite(log_w).any():
         return -np.inf, 0.0, counted
