@@ -1,23 +1,25 @@
-"""Label switching: exchangeable components of a model (a mixture's) and the copies of every
-mode they make.
+"""Symmetric copies of every mode found in the log density: a mixture's exchangeable
+components (label switching) and parameters that change sign together.
 
 When permuting one axis of some free variables together (a mixture's component means,
 scales and weights) leaves the log prior and the log likelihood unchanged, every mode of the
-posterior has ``K!`` copies, one per labelling of the ``K`` components. Estimators that explore
-from the prior (chaining, nested sampling) visit them all; those that start from an optimiser or
-from NUTS see one or a few copies and would count only those. The points whose labelling is the
-one nearest a reference point's form a fundamental domain: its ``K!`` images tile the space, so
-``Z = K! ∫_domain p(θ, D) dθ`` exactly, whatever the overlap of the copies. :func:`canonical`
-maps points into that domain.
+posterior has ``K!`` copies, one per labelling of the ``K`` components; when changing the sign
+of some together does (``a`` and ``b`` of ``y ~ N(a·b, σ)``), two. Estimators that explore from
+the prior (chaining, nested sampling) visit them all; those that start from an optimiser or
+from NUTS see one or a few copies and would count only those. The points that are, of all their
+copies, the one nearest a reference point form a fundamental domain: its copies tile the space,
+so ``Z = copies × ∫_domain p(θ, D) dθ`` exactly, whatever the overlap of the copies.
+:func:`canonical` maps points into that domain.
 
-Everything here acts on flat unconstrained points through the model's transforms (permuting in
-the constrained space, where a simplex's weights are the components' own), so it covers
-transformed variables (a ``Dirichlet``'s weights, a ``HalfNormal``'s scales) as well.
+Everything here acts on flat unconstrained points through the model's transforms (permuting and
+negating in the constrained space, where a simplex's weights are the components' own), so it
+covers transformed variables (a ``Dirichlet``'s weights, a ``HalfNormal``'s scales) as well.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,8 +30,8 @@ from scipy.special import gammaln
 from pymc_evidence.density import _ordered_transform
 from pymc_evidence.symmetry import domain_anchor
 
-__all__ = ["Components", "Domain", "find_components", "domain_around", "canonical", "in_domain",
-           "log_stabiliser", "log_copies"]
+__all__ = ["Components", "SignFlip", "Domain", "find_symmetries", "find_components",
+           "domain_around", "canonical", "in_domain", "log_stabiliser", "log_copies"]
 
 #: Up to this many candidate variables of one length, every subset is tried; beyond, each
 #: variable alone and all of them together.
@@ -49,9 +51,64 @@ class Components:
         return tuple(name for name, _ in self.members)
 
     @property
-    def log_count(self) -> float:
-        """``log K!``: the labellings of the components."""
-        return float(gammaln(self.size + 1))
+    def count(self) -> int:
+        """``K!``: the labellings of the components."""
+        return math.factorial(self.size)
+
+    def setting(self) -> dict:
+        return {"kind": "permutation", "variables": list(self.names), "copies": self.count}
+
+
+@dataclass(frozen=True)
+class SignFlip:
+    """Free variables whose values changing sign together is a symmetry of the model (``a``
+    and ``b`` of ``y ~ N(a·b, σ)``): two copies of every mode."""
+
+    names: tuple[str, ...]
+    count = 2
+
+    def setting(self) -> dict:
+        return {"kind": "sign", "variables": list(self.names), "copies": self.count}
+
+
+def find_symmetries(density, draws: int = 4) -> list[Components | SignFlip]:
+    """Exchangeable components (:func:`find_components`), then sign flips among the other free
+    variables: the smallest sets whose joint change of sign leaves the log prior and the log
+    likelihood unchanged at the same prior draws, disjoint from one another (every subset
+    when there are at most eight such variables, else each alone and all together). A
+    variable whose support is not symmetric (a scale) cannot flip."""
+    model = density.model
+    found = find_components(density, draws)
+    taken = {name for sym in found for name in sym.names}
+    names = [rv.name for rv in model.free_RVs
+             if rv.name not in taken and _ordered_transform(model, rv) is None]
+    if not names:
+        return found
+    before, values = _probe(density, draws)
+    for subset in _subsets(names):
+        if taken.intersection(subset):
+            continue
+        flipped = dict(values)
+        flipped.update({name: -values[name] for name in subset})
+        if _same_density(density, _unconstrained(density, flipped), before):
+            found.append(SignFlip(subset))
+            taken.update(subset)
+    return found
+
+
+def _probe(density, draws: int) -> tuple[np.ndarray, dict]:
+    """The log priors and log likelihoods at ``draws`` prior draws from a fixed stream (so that
+    estimators' random numbers are left alone), and the draws' constrained values."""
+    X = density.prior_draws(np.random.default_rng(0), draws)
+    return np.concatenate(density.log_densities(X)), density.to_constrained(X)
+
+
+def _subsets(items: list) -> list[tuple]:
+    """Every non-empty subset, smallest first; beyond ``_MAX_SUBSET_SEARCH`` items, each item
+    alone and all together."""
+    if len(items) <= _MAX_SUBSET_SEARCH:
+        return [s for r in range(1, len(items) + 1) for s in itertools.combinations(items, r)]
+    return [(item,) for item in items] + [tuple(items)]
 
 
 def find_components(density, draws: int = 4) -> list[Components]:
@@ -67,15 +124,12 @@ def find_components(density, draws: int = 4) -> list[Components]:
     set at most (a symmetry along a second axis of it is left out: its copies are then counted
     only as far as the optimiser or sampler finds them). Two permutations are
     tried, a cyclic shift and a swap of the first two components, which between them generate
-    every permutation. The draws come from a fixed stream so that estimators' random numbers
-    are left alone.
+    every permutation.
     """
     model = density.model
     if not any(rv.type.ndim for rv in model.free_RVs):
         return []  # nothing to permute: spare the compile of the transforms
-    X = density.prior_draws(np.random.default_rng(0), draws)
-    before = np.concatenate(density.log_densities(X))
-    values = density.to_constrained(X)
+    before, values = _probe(density, draws)
     lengths: dict[int, list[tuple[str, int]]] = {}
     for rv in model.free_RVs:
         shape = values[rv.name].shape[1:]
@@ -87,12 +141,7 @@ def find_components(density, draws: int = 4) -> list[Components]:
     found = []
     taken: set[str] = set()  # a variable in one set only: relabellings along two axes of it
     for size, members in lengths.items():
-        if len(members) <= _MAX_SUBSET_SEARCH:
-            subsets = [s for r in range(1, len(members) + 1)
-                       for s in itertools.combinations(members, r)]
-        else:
-            subsets = [(member,) for member in members] + [tuple(members)]
-        for subset in subsets:
+        for subset in _subsets(members):
             names = [name for name, _ in subset]
             if taken.intersection(names) or len(set(names)) < len(names):
                 continue
@@ -111,7 +160,12 @@ def _swap(size: int) -> np.ndarray:
 
 
 def _invariant(density, values, components, order, before) -> bool:
-    moved = _unconstrained(density, _permuted(values, components, order))
+    return _same_density(density, _unconstrained(density, _permuted(values, components, order)),
+                         before)
+
+
+def _same_density(density, moved: np.ndarray, before: np.ndarray) -> bool:
+    """Whether the points ``moved`` to have the log prior and log likelihood ``before``."""
     if not np.isfinite(moved).all():
         return False
     after = np.concatenate(density.log_densities(moved))
@@ -140,20 +194,20 @@ def _unconstrained(density, values: dict) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Domain:
-    """The points whose labelling is, of all ``Π K!``, the one nearest a reference point's
-    (its Dirichlet domain): a fundamental domain that holds the reference's whole mode when
-    the copies are apart, wherever the components sit."""
+    """The points that are, of all their copies, the one nearest a reference point (its
+    Dirichlet domain): a fundamental domain that holds the reference's whole mode when the
+    copies are apart, wherever the components sit."""
 
-    components: tuple[Components, ...]
+    symmetries: tuple[Components | SignFlip, ...]
     reference: dict  # constrained values of the reference point, one row per variable
 
 
-def domain_around(density, components: list[Components], x: np.ndarray) -> Domain:
-    """The domain of ``x`` (unconstrained), moved off any point a relabelling fixes first
+def domain_around(density, symmetries: list, x: np.ndarray) -> Domain:
+    """The domain of ``x`` (unconstrained), moved off any point a symmetry fixes first
     (:func:`~pymc_evidence.symmetry.domain_anchor`: a mode with coinciding components is its
     own copy, and its nearest-copy region would not be one copy of the space)."""
     anchor = domain_anchor(np.asarray(x, float))
-    return Domain(tuple(components), density.to_constrained(anchor[None, :]))
+    return Domain(tuple(symmetries), density.to_constrained(anchor[None, :]))
 
 
 def _features(values: dict, components: Components) -> np.ndarray:
@@ -176,12 +230,25 @@ def _nearest_orders(values: dict, components: Components, reference: dict) -> np
     return orders
 
 
+def _flips(values: dict, flip: SignFlip, reference: dict) -> np.ndarray:
+    """Per row, whether its flipped copy is nearer the reference (squared distance)."""
+    gain = sum(np.sum((values[name] * reference[name]).reshape(len(values[name]), -1), axis=1)
+               for name in flip.names)  # |v - r|² - |-v - r|² = -4 v·r
+    return gain < 0
+
+
 def canonical(density, domain: Domain, X: np.ndarray) -> np.ndarray:
     """The copies of the rows of ``X`` (n × d, unconstrained) in ``domain``."""
     X = np.atleast_2d(X)
     values = density.to_constrained(X)
-    for comp in domain.components:
-        values = _permuted(values, comp, _nearest_orders(values, comp, domain.reference))
+    for sym in domain.symmetries:
+        if isinstance(sym, SignFlip):
+            signs = np.where(_flips(values, sym, domain.reference), -1.0, 1.0)
+            values = dict(values)
+            values.update({name: values[name] * signs.reshape(-1, *[1] * (values[name].ndim - 1))
+                           for name in sym.names})
+        else:
+            values = _permuted(values, sym, _nearest_orders(values, sym, domain.reference))
     return _unconstrained(density, values)
 
 
@@ -190,30 +257,41 @@ def in_domain(density, domain: Domain, X: np.ndarray) -> np.ndarray:
     X = np.atleast_2d(X)
     values = density.to_constrained(X)
     inside = np.ones(X.shape[0], dtype=bool)
-    for comp in domain.components:
-        orders = _nearest_orders(values, comp, domain.reference)
-        inside &= (orders == np.arange(comp.size)).all(axis=1)
+    for sym in domain.symmetries:
+        if isinstance(sym, SignFlip):
+            inside &= ~_flips(values, sym, domain.reference)
+        else:
+            orders = _nearest_orders(values, sym, domain.reference)
+            inside &= (orders == np.arange(sym.size)).all(axis=1)
     return inside
 
 
-def log_copies(components: list[Components]) -> float:
-    """``log Π K!`` over the component sets: the labellings of every mode."""
-    return float(sum(comp.log_count for comp in components))
+def log_copies(symmetries: list) -> float:
+    """``log Π count`` over the symmetry sets (``K!`` labellings, 2 signs): the copies of
+    every mode."""
+    return float(sum(math.log(sym.count) for sym in symmetries))
 
 
-def log_stabiliser(density, components: list[Components], x: np.ndarray, metric: np.ndarray,
+def log_stabiliser(density, symmetries: list, x: np.ndarray, metric: np.ndarray,
                    merge_distance: float) -> float:
-    """log of the number of relabellings that leave the mode ``x`` where it is.
+    """log of the number of symmetries (relabellings, sign flips) that leave the mode ``x``
+    where it is.
 
     Two components coincide when swapping them moves ``x`` by less than ``merge_distance`` in
     the metric (``√(δᵀ M δ)``, M the mode's negative Hessian); the relabellings that fix the
     mode permute coinciding components among themselves: ``Π_classes (class size)!``. A mode
     whose components all differ stands for ``K!`` distinct copies; one with all components
-    equal, for one.
+    equal, for one. A sign flip fixes a mode it moves by less than that (one at zero).
     """
     values = density.to_constrained(np.atleast_2d(x))
     total = 0.0
-    for comp in components:
+    for comp in symmetries:
+        if isinstance(comp, SignFlip):  # a mode at zero is its own flipped copy
+            flipped = dict(values)
+            flipped.update({name: -values[name] for name in comp.names})
+            delta = _unconstrained(density, flipped)[0] - x
+            total += math.log(2) if delta @ metric @ delta <= merge_distance**2 else 0.0
+            continue
         pairs = list(itertools.combinations(range(comp.size), 2))
         swapped = []
         for i, j in pairs:

@@ -13,7 +13,7 @@ from scipy.special import gammaln, logsumexp
 from scipy.stats import multivariate_normal, norm
 
 import pymc_evidence as pm_evidence
-from pymc_evidence._label_switching import Components, find_components
+from pymc_evidence._label_switching import Components, SignFlip, find_components, find_symmetries
 from pymc_evidence.density import get_density
 
 PRIOR_SD = 4.0
@@ -89,7 +89,8 @@ def test_laplace_counts_every_labelling(mixture_and_evidence):
     k, model, exact = mixture_and_evidence
     # Two restarts find at most two of the K! labellings of the one mode.
     res = pm_evidence.laplace(model, restarts=2, random_seed=1, progressbar=False)
-    assert res.settings["components"] == [["mu", "w"]]
+    assert res.settings["symmetries"] == [
+        {"kind": "permutation", "variables": ["mu", "w"], "copies": math.factorial(k)}]
     assert res.diagnostics["copies"].iloc[0] == math.factorial(k)  # the best mode
     # Counting only the labellings found would leave it log(K!/2) low at best (0.69 at K = 2,
     # 1.10 at K = 3); Laplace's own approximation error here is 0.02 and 0.06. Importance
@@ -115,5 +116,45 @@ def test_bridge_counts_every_labelling(mixture_and_evidence):
     k, model, exact = mixture_and_evidence
     res = pm_evidence.bridge(model, draws=1000, tune=500, chains=2, random_seed=1,
                              progressbar=False)
-    assert res.settings["components"] == [["mu", "w"]]
+    assert res.settings["symmetries"] == [
+        {"kind": "permutation", "variables": ["mu", "w"], "copies": math.factorial(k)}]
+    assert abs(res.log_evidence - exact) < 3 * res.se + 0.01
+
+
+@pytest.fixture(scope="module")
+def sign_symmetric():
+    """y1 ~ N(a·b, 1), y2 ~ N(a², 1): (a, b) and (−a, −b) fit equally well, two separated
+    modes; the evidence by quadrature on a grid."""
+    rng = np.random.default_rng(5)
+    y1, y2 = rng.normal(2.0, 1.0, 15), rng.normal(4.0, 1.0, 15)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 2)
+        b = pm.Normal("b", 0, 2)
+        pm.Normal("y1", a * b, 1, observed=y1)
+        pm.Normal("y2", a**2, 1, observed=y2)
+    grid = np.linspace(-8, 8, 1601)
+    a_, b_ = np.meshgrid(grid, grid, indexing="ij")
+    log_joint = (norm.logpdf(a_, 0, 2) + norm.logpdf(b_, 0, 2)
+                 + norm.logpdf(y1[:, None, None], a_ * b_, 1).sum(0)
+                 + norm.logpdf(y2[:, None, None], a_**2, 1).sum(0))
+    return model, float(logsumexp(log_joint) + 2 * np.log(grid[1] - grid[0]))
+
+
+def test_finds_sign_flips(sign_symmetric):
+    model, _ = sign_symmetric
+    assert find_symmetries(get_density(model)) == [SignFlip(("a", "b"))]
+    # A scale cannot flip; a mixture's components are found first and not flipped.
+    assert find_symmetries(get_density(mixture())) == [Components((("mu", -1), ("w", -1)), 2)]
+
+
+def test_laplace_and_bridge_count_both_signs(sign_symmetric):
+    model, exact = sign_symmetric
+    expected = [{"kind": "sign", "variables": ["a", "b"], "copies": 2}]
+    res = pm_evidence.laplace(model, restarts=1, random_seed=1, progressbar=False)
+    assert res.settings["symmetries"] == expected
+    assert res.diagnostics["copies"].tolist() == [2.0]
+    assert res.log_evidence == pytest.approx(exact, abs=0.05)  # 0.69 low with one sign
+    res = pm_evidence.bridge(model, draws=1000, tune=500, chains=2, random_seed=1,
+                             progressbar=False)
+    assert res.settings["symmetries"] == expected
     assert abs(res.log_evidence - exact) < 3 * res.se + 0.01

@@ -390,7 +390,8 @@ def test_a_recognised_layer_is_used_only_if_its_units_are_exchangeable():
 # ------------------------------------------------------------------------- modes and saddles
 def test_two_modes_summed_exactly(bimodal):
     model, exact = bimodal
-    res = pm_evidence.laplace(model, restarts=6, random_seed=2, progressbar=False)
+    # symmetry=1: the two modes as distinct ones (by default they are one mode's sign flips)
+    res = pm_evidence.laplace(model, restarts=6, random_seed=2, symmetry=1, progressbar=False)
     diag = res.diagnostics
     assert len(diag) == 2 and diag.hits.sum() == 6
     assert diag.weight.to_numpy() == pytest.approx([0.5, 0.5], abs=1e-9)
@@ -401,6 +402,11 @@ def test_two_modes_summed_exactly(bimodal):
     assert res.modes["x"].shape == (2, 2)
     np.testing.assert_allclose(np.sort(res.modes["x"][:, 0]), [-mode_x0, mode_x0], rtol=1e-8)
     np.testing.assert_allclose(res.modes["x"][:, 1], 0.0, atol=1e-8)
+    # By default x -> -x is found to be a symmetry: one mode standing for two copies.
+    res = pm_evidence.laplace(model, restarts=6, random_seed=2, progressbar=False)
+    assert res.settings["symmetries"] == [{"kind": "sign", "variables": ["x"], "copies": 2}]
+    assert res.diagnostics.copies.tolist() == [2.0] and res.diagnostics.hits.sum() == 6
+    assert abs(res.log_evidence - exact) < 1e-6
 
 
 def test_saddle_is_climbed_off(bimodal):
@@ -410,14 +416,15 @@ def test_saddle_is_climbed_off(bimodal):
     objective = _optimize.joint_objective(get_density(model))
     at_saddle = _optimize.maximize(objective, np.zeros(2))
     assert np.all(at_saddle.x == 0.0)
-    res = pm_evidence.laplace(model, restarts=0, start={"x": [0.0, 0.0]}, progressbar=False)
+    res = pm_evidence.laplace(model, restarts=0, start={"x": [0.0, 0.0]}, symmetry=1,
+                              progressbar=False)
     row = res.diagnostics.iloc[0]
     assert len(res.diagnostics) == 1 and row.saddle_escapes == 1 and row.included
     assert res.log_evidence == pytest.approx(exact - np.log(2), abs=1e-6)  # one of two modes
     assert not res.warnings
     # with restarts both modes are found and the saddle start joins one of them
     res = pm_evidence.laplace(
-        model, restarts=6, start={"x": [0.0, 0.0]}, random_seed=2, progressbar=False
+        model, restarts=6, start={"x": [0.0, 0.0]}, random_seed=2, symmetry=1, progressbar=False
     )
     assert res.diagnostics.included.tolist() == [True, True]
     assert res.diagnostics.hits.sum() == 7

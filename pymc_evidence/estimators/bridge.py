@@ -445,13 +445,13 @@ def bridge(
     The proposal is fitted to draws other than those in the iteration, as Overstall & Forster
     (2010) recommend; fitting and iterating on the same draws biases the estimate.
 
-    Label switching: when some free variables, permuted together along one axis, leave the
-    log prior and the log likelihood unchanged at prior draws (a mixture's exchangeable
-    components, ``K`` of them), every draw is relabelled to the labelling nearest the highest
-    draw's, the target is the posterior restricted to that domain, and
-    :math:`\log K!` is added: the domain's :math:`K!` relabellings tile the space, so
-    :math:`Z = K! \int_{\text{domain}} q`, however many copies NUTS visited
-    (``settings["components"]`` names the variables).
+    Symmetric copies: when some free variables, permuted together along one axis (a
+    mixture's ``K`` exchangeable components) or changing sign together (``a`` and ``b`` of
+    ``y ~ N(a·b, σ)``), leave the log prior and the log likelihood unchanged at prior draws,
+    every draw is moved to its copy nearest the highest draw, the target is the posterior
+    restricted to that domain, and the log of the number of copies (:math:`K!`, 2) is added:
+    the domain's copies tile the space, so :math:`Z = K! \int_{\text{domain}} q`, however
+    many copies NUTS visited (``settings["symmetries"]`` lists them).
 
     Examples
     --------
@@ -509,14 +509,14 @@ def bridge(
     t_sampling = time.perf_counter()
 
     X = _unconstrained_draws(density, posterior)  # (chain, draw, d)
-    # Label switching: NUTS's chains each hold one labelling of a mixture's components, and a
-    # bridge over them would count those copies alone. The target is the posterior restricted
-    # to the labellings nearest one draw's, Z = K! ∫_domain p, the draws moved into it.
-    components = _label_switching.find_components(density)
+    # Label switching and sign flips: NUTS's chains each hold one copy of a mode, and a bridge
+    # over them would count those copies alone. The target is the posterior restricted to the
+    # copies nearest one draw's, Z = copies × ∫_domain p, the draws moved into it.
+    symmetries = _label_switching.find_symmetries(density)
     domain = None
-    if components:
+    if symmetries:
         flat = X.reshape(-1, X.shape[2])
-        domain = _label_switching.domain_around(density, components, flat[_best(density, flat)])
+        domain = _label_switching.domain_around(density, symmetries, flat[_best(density, flat)])
         X = _label_switching.canonical(density, domain, flat).reshape(X.shape)
     halves = _halves(X, proposal_draws)
     proposal = _fit_proposal(halves.fit)
@@ -529,7 +529,7 @@ def bridge(
     log_s1, log_s2 = _sample_weights(ess, halves)
     iteration = _iterate(terms.t1 - terms.g1, terms.t2 - terms.g2, log_s1, log_s2, max_iter, tol)
     error = _error(iteration.log_evidence, terms, log_s1, log_s2, halves.iter_shape)
-    log_copies = _label_switching.log_copies(components)
+    log_copies = _label_switching.log_copies(symmetries)
     t_iteration = time.perf_counter()
 
     divergences = _divergences(idata)
@@ -552,7 +552,7 @@ def bridge(
         "backend": backend,
         "random_seed": random_seed if isinstance(random_seed, (int, type(None))) else "given",
         "dim": int(X.shape[2]),
-        "components": [list(c.names) for c in components],
+        "symmetries": [c.setting() for c in symmetries],
     }
     t_end = time.perf_counter()
     return BridgeResult(

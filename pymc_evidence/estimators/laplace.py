@@ -171,12 +171,13 @@ def laplace(
     symmetry : int, optional
         Number :math:`S \ge 1` of equivalent copies of every mode; :math:`\log S` is added to
         each mode's log evidence. Default: the product of :func:`mlp_symmetry` over
-        ``mlp_layers`` when given; else, with ``framework="fixed"``, :math:`\prod K!` over the
-        sets of exchangeable components found (a mixture's: free variables that permuting
-        together along one axis leaves the log density unchanged at prior draws), the optima
-        moved to the labelling nearest the best one's before merging; else 1. Each mode's
-        count is then divided by the symmetries that fix it. A count given here is used as
-        given, for every mode.
+        ``mlp_layers`` when given; else, with ``framework="fixed"``, the copies made by the
+        symmetries found in the log density (checked at prior draws): :math:`K!` per set of
+        exchangeable components (a mixture's: free variables permuted together along one
+        axis) and 2 per set of free variables that change sign together (``a`` and ``b`` of
+        ``y ~ N(a·b, σ)``), the optima moved to the copy nearest the best one's before merging
+        (``settings["symmetries"]``); else 1. Each mode's count is then divided by the
+        symmetries that fix it. A count given here is used as given, for every mode.
     mlp_layers : MLPLayer, dict or list of them, optional
         Which variables make up the hidden layer(s) of an MLP (see
         :class:`~pymc_evidence.symmetry.MLPLayer`). Optima that are copies of one another under
@@ -324,19 +325,19 @@ def laplace(
     layers = as_layers(mlp_layers, density)
     messages: list[str] = []
     shapes = dict(zip(density.names, density.shapes))
-    components = []
+    symmetries = []
     if symmetry is None and not layers and not _warn_if_mlp(messages, model, density, shapes):
-        # Label switching: without this the sum holds only the copies the restarts found.
-        components = _label_switching.find_components(density) if framework == "fixed" else []
-    counted = symmetry is None and bool(layers or components)
+        # Label switching, sign flips: else the sum holds only the copies the restarts found.
+        symmetries = _label_switching.find_symmetries(density) if framework == "fixed" else []
+    counted = symmetry is None and bool(layers or symmetries)
     if symmetry is None:
         symmetry = math.prod(mlp_symmetry(l.hidden_units(shapes), l.activation) for l in layers)
-        symmetry *= math.prod(math.factorial(c.size) for c in components)
+        symmetry *= math.prod(c.count for c in symmetries)
     log_symmetry = math.log(symmetry)  # exact for counts beyond int64 (2^h h! at h ≥ 17)
     t_density = time.perf_counter()
 
     modes, n_start, domain = _distinct_modes(density, rng, framework, restarts, start, groups,
-                                             noise, layers, components, merge_distance,
+                                             noise, layers, symmetries, merge_distance,
                                              progressbar, messages)
     if counted:
         for mode in modes:
@@ -344,7 +345,7 @@ def laplace(
                 mode.log_stabiliser = (
                     log_stabiliser(density, layers, mode.x, mode.neg_hessian, merge_distance)
                     if layers else _label_switching.log_stabiliser(
-                        density, components, mode.x, mode.neg_hessian, merge_distance))
+                        density, symmetries, mode.x, mode.neg_hessian, merge_distance))
     t_modes = time.perf_counter()
 
     contributions = np.array([m.log_evidence(log_symmetry) for m in modes])
@@ -373,7 +374,7 @@ def laplace(
         "start": None if start is None else "given",
         "symmetry": int(symmetry),
         "mlp_layers": [vars(layer) for layer in layers],
-        "components": [list(c.names) for c in components],
+        "symmetries": [c.setting() for c in symmetries],
         "framework": framework,
         "groups": None if framework == "fixed" else _groups_setting(groups),
         "noise": noise,
@@ -442,12 +443,12 @@ def _validate_arguments(restarts, start, symmetry, framework, groups, noise, mer
 
 
 def _distinct_modes(density, rng, framework, restarts, start, groups, noise, layers,
-                    components, merge_distance, progressbar, messages):
+                    symmetries, merge_distance, progressbar, messages):
     """The distinct modes (symmetry copies merged), the number of optimisations run and,
-    with ``components``, the domain the modes were moved into."""
+    with ``symmetries``, the domain the modes were moved into."""
     if framework == "fixed":
         candidates, n_start, domain = _fixed_modes(density, rng, restarts, start, progressbar,
-                                                   components)
+                                                   symmetries)
     else:
         candidates, n_start = _mackay_modes(
             density, rng, restarts, start, groups, noise, progressbar
@@ -506,10 +507,10 @@ def _sum_over_modes(contributions, included, messages):
 
 
 # --------------------------------------------------------------------------- helpers
-def _fixed_modes(density, rng, restarts, start, progressbar, components):
+def _fixed_modes(density, rng, restarts, start, progressbar, symmetries):
     """Optimise from every start, polish, climb off saddles, and analyse each optimum
-    (framework="fixed"), moved to the copy with sorted ``components`` (the same mode then
-    looks the same whichever labelling the optimiser found)."""
+    (framework="fixed"), moved to its copy under ``symmetries`` nearest the best optimum (the
+    same mode then looks the same whichever copy the optimiser found)."""
     objective = joint_objective(density)
     starts = starting_points(density, rng, restarts, start)
     optima = multistart(objective, starts, progressbar=progressbar, desc="laplace: modes")
@@ -518,9 +519,9 @@ def _fixed_modes(density, rng, restarts, start, progressbar, components):
         opt, hess = newton_polish(objective, density.hessian, opt)
         polished.append(escape_saddles(objective, density.hessian, opt, hess))
     domain = None
-    if components and polished:
+    if symmetries and polished:
         best = max(polished, key=lambda p: p[0].value if np.isfinite(p[0].value) else -np.inf)
-        domain = _label_switching.domain_around(density, components, best[0].x)
+        domain = _label_switching.domain_around(density, symmetries, best[0].x)
     candidates = []
     for opt, hess, escapes in polished:
         if domain is not None and not _label_switching.in_domain(density, domain, opt.x)[0]:
