@@ -82,9 +82,10 @@ def find_symmetries(density, draws: int = 4) -> list[Components | SignFlip]:
     taken = {name for sym in found for name in sym.names}
     names = [rv.name for rv in model.free_RVs
              if rv.name not in taken and _ordered_transform(model, rv) is None]
-    if not names:
+    probe = _probe(density, draws) if names else None
+    if probe is None:
         return found
-    before, values = _probe(density, draws)
+    before, values = probe
     for subset in _subsets(names):
         if taken.intersection(subset):
             continue
@@ -96,11 +97,18 @@ def find_symmetries(density, draws: int = 4) -> list[Components | SignFlip]:
     return found
 
 
-def _probe(density, draws: int) -> tuple[np.ndarray, dict]:
-    """The log priors and log likelihoods at ``draws`` prior draws from a fixed stream (so that
-    estimators' random numbers are left alone), and the draws' constrained values."""
-    X = density.prior_draws(np.random.default_rng(0), draws)
-    return np.concatenate(density.log_densities(X)), density.to_constrained(X)
+def _probe(density, draws: int) -> tuple[np.ndarray, dict] | None:
+    """The log priors and log likelihoods at ``draws`` prior draws where both are finite, from
+    a fixed stream (so that estimators' random numbers are left alone), and the draws'
+    constrained values; None when fewer than two of 8 × ``draws`` are finite (equal infinite
+    values would pass any transformation as a symmetry)."""
+    X = density.prior_draws(np.random.default_rng(0), 8 * draws)
+    log_prior, log_likelihood = density.log_densities(X)
+    finite = np.flatnonzero(np.isfinite(log_prior) & np.isfinite(log_likelihood))[:draws]
+    if finite.size < 2:
+        return None
+    return (np.concatenate([log_prior[finite], log_likelihood[finite]]),
+            density.to_constrained(X[finite]))
 
 
 def _subsets(items: list) -> list[tuple]:
@@ -129,7 +137,10 @@ def find_components(density, draws: int = 4) -> list[Components]:
     model = density.model
     if not any(rv.type.ndim for rv in model.free_RVs):
         return []  # nothing to permute: spare the compile of the transforms
-    before, values = _probe(density, draws)
+    probe = _probe(density, draws)
+    if probe is None:
+        return []
+    before, values = probe
     lengths: dict[int, list[tuple[str, int]]] = {}
     for rv in model.free_RVs:
         shape = values[rv.name].shape[1:]
@@ -165,11 +176,12 @@ def _invariant(density, values, components, order, before) -> bool:
 
 
 def _same_density(density, moved: np.ndarray, before: np.ndarray) -> bool:
-    """Whether the points ``moved`` to have the log prior and log likelihood ``before``."""
+    """Whether the points ``moved`` to have the (finite) log prior and log likelihood
+    ``before``."""
     if not np.isfinite(moved).all():
         return False
     after = np.concatenate(density.log_densities(moved))
-    return bool(np.allclose(before, after, rtol=1e-9, atol=1e-9))
+    return bool(np.all(np.isfinite(after)) and np.allclose(before, after, rtol=1e-9, atol=1e-9))
 
 
 def _permuted(values: dict, components: Components, order: np.ndarray) -> dict:

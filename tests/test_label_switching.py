@@ -147,6 +147,15 @@ def test_finds_sign_flips(sign_symmetric):
     assert find_symmetries(get_density(mixture())) == [Components((("mu", -1), ("w", -1)), 2)]
 
 
+def test_no_symmetry_from_draws_of_zero_likelihood():
+    # Every prior draw has log likelihood -inf, which any transformation leaves unchanged:
+    # that proves nothing, so nothing is found (x -> -x is no symmetry here).
+    with pm.Model() as model:
+        x = pm.Normal("x", 0, 1, shape=2)
+        pm.Potential("far", pm.math.switch(x[0] > 6, 0.0, -np.inf))
+    assert find_symmetries(get_density(model)) == []
+
+
 def test_laplace_and_bridge_count_both_signs(sign_symmetric):
     model, exact = sign_symmetric
     expected = [{"kind": "sign", "variables": ["a", "b"], "copies": 2}]
