@@ -23,15 +23,14 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 from scipy.sparse.csgraph import connected_components
 from scipy.special import gammaln
 
 from pymc_evidence.density import _ordered_transform
-from pymc_evidence.symmetry import domain_anchor
+from pymc_evidence.symmetry import _assignment, domain_anchor
 
-__all__ = ["Components", "SignFlip", "Domain", "find_symmetries", "find_components",
-           "domain_around", "canonical", "in_domain", "log_stabiliser", "log_copies"]
+__all__ = ["Components", "SignFlip", "Domain", "find_symmetries", "domain_around", "canonical",
+           "in_domain", "log_stabiliser", "log_copies"]
 
 #: Up to this many candidate variables of one length, every subset is tried; beyond, each
 #: variable alone and all of them together.
@@ -72,20 +71,21 @@ class SignFlip:
 
 
 def find_symmetries(density, draws: int = 4) -> list[Components | SignFlip]:
-    """Exchangeable components (:func:`find_components`), then sign flips among the other free
+    """The symmetries of the model's log density, checked at ``draws`` prior draws: sets of
+    exchangeable components (:func:`_components`), then sign flips among the other free
     variables: the smallest sets whose joint change of sign leaves the log prior and the log
-    likelihood unchanged at the same prior draws, disjoint from one another (every subset
-    when there are at most eight such variables, else each alone and all together). A
-    variable whose support is not symmetric (a scale) cannot flip."""
+    likelihood unchanged, disjoint from one another (every subset when there are at most eight
+    such variables, else each alone and all together). A variable whose support is not
+    symmetric (a scale) cannot flip."""
     model = density.model
-    found = find_components(density, draws)
+    probe = _probe(density, draws)
+    if probe is None:
+        return []
+    before, values = probe
+    found = _components(density, before, values)
     taken = {name for sym in found for name in sym.names}
     names = [rv.name for rv in model.free_RVs
              if rv.name not in taken and _ordered_transform(model, rv) is None]
-    probe = _probe(density, draws) if names else None
-    if probe is None:
-        return found
-    before, values = probe
     for subset in _subsets(names):
         if taken.intersection(subset):
             continue
@@ -119,28 +119,22 @@ def _subsets(items: list) -> list[tuple]:
     return [(item,) for item in items] + [tuple(items)]
 
 
-def find_components(density, draws: int = 4) -> list[Components]:
+def _components(density, before: np.ndarray, values: dict) -> list[Components]:
     """The sets of free variables that permuting together along one axis (the first or the last
-    of each) is a symmetry of the model, checked numerically at prior draws.
+    of each) is a symmetry of the model, checked at the prior draws whose log densities are
+    ``before`` and constrained values ``values``.
 
     Candidates are free variables with an axis of length ≥ 2 that are not ordered (an ordered
     transform already picks one labelling): a mixture's weights and per-component scalars along
     their only axis, its component means of shape (K, D) along either. For each length, the
     smallest sets whose joint permutation leaves the log prior and the log likelihood unchanged
-    (to 1e-9) at ``draws`` prior draws are kept, disjoint from one another, smallest first: two
-    independent mixtures are two sets (``K!²`` labellings), not one. A variable belongs to one
-    set at most (a symmetry along a second axis of it is left out: its copies are then counted
-    only as far as the optimiser or sampler finds them). Two permutations are
-    tried, a cyclic shift and a swap of the first two components, which between them generate
-    every permutation.
+    (to 1e-9) are kept, disjoint from one another, smallest first: two independent mixtures are
+    two sets (``K!²`` labellings), not one. A variable belongs to one set at most (a symmetry
+    along a second axis of it is left out: its copies are then counted only as far as the
+    optimiser or sampler finds them). Two permutations are tried, a cyclic shift and a swap of
+    the first two components, which between them generate every permutation.
     """
     model = density.model
-    if not any(rv.type.ndim for rv in model.free_RVs):
-        return []  # nothing to permute: spare the compile of the transforms
-    probe = _probe(density, draws)
-    if probe is None:
-        return []
-    before, values = probe
     lengths: dict[int, list[tuple[str, int]]] = {}
     for rv in model.free_RVs:
         shape = values[rv.name].shape[1:]
@@ -232,14 +226,14 @@ def _features(values: dict, components: Components) -> np.ndarray:
 
 def _nearest_orders(values: dict, components: Components, reference: dict) -> np.ndarray:
     """Per row, the order of its components that puts each in the reference's slot it is
-    matched to (least total squared distance, by linear assignment), shape (rows, K)."""
+    matched to (least total squared distance), shape (rows, K)."""
     ref = _features(reference, components)[0]
-    cost = ((_features(values, components)[:, :, None, :] - ref[None, None]) ** 2).sum(axis=3)
-    orders = np.empty(cost.shape[:2], dtype=int)
-    for row, c in enumerate(cost):
-        slots = linear_sum_assignment(np.where(np.isfinite(c), c, np.finfo(float).max))[1]
-        orders[row] = np.argsort(slots)
-    return orders
+    cost = ((_features(values, components)[:, None, :, :] - ref[None, :, None]) ** 2).sum(axis=3)
+    return _assignment(np.nan_to_num(cost, nan=_FAR, posinf=_FAR))  # cost[row, slot, component]
+
+
+#: The cost of matching a component whose values are not finite (a diverged draw).
+_FAR = 1e300
 
 
 def _flips(values: dict, flip: SignFlip, reference: dict) -> np.ndarray:

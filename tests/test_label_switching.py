@@ -13,7 +13,7 @@ from scipy.special import gammaln, logsumexp
 from scipy.stats import multivariate_normal, norm
 
 import pymc_evidence as pm_evidence
-from pymc_evidence._label_switching import Components, SignFlip, find_components, find_symmetries
+from pymc_evidence._label_switching import Components, SignFlip, find_symmetries
 from pymc_evidence.density import get_density
 
 PRIOR_SD = 4.0
@@ -67,21 +67,21 @@ def test_exact_reference_matches_quadrature():
 
 
 def test_finds_the_components_and_only_exchangeable_ones():
-    assert find_components(get_density(mixture())) == [Components((("mu", -1), ("w", -1)), 2)]
-    assert find_components(get_density(mixture(alpha=np.array([1.0, 2.0])))) == []
+    assert find_symmetries(get_density(mixture())) == [Components((("mu", -1), ("w", -1)), 2)]
+    assert find_symmetries(get_density(mixture(alpha=np.array([1.0, 2.0])))) == []
     with pm.Model() as two_mixtures:  # independent: K!² labellings, not K!
         for name in "ab":
             mu = pm.Normal(f"mu_{name}", 0, PRIOR_SD, shape=2)
             w = pm.Dirichlet(f"w_{name}", np.ones(2))
             pm.NormalMixture(f"y_{name}", w=w, mu=mu, sigma=1.0, observed=Y)
-    found = find_components(get_density(two_mixtures))
+    found = find_symmetries(get_density(two_mixtures))
     assert sorted(c.names for c in found) == [("mu_a", "w_a"), ("mu_b", "w_b")]
     with pm.Model() as multivariate:  # component means (K, D): the first axis
         w = pm.Dirichlet("w", np.ones(3))
         mu = pm.Normal("mu", 0, 5, shape=(3, 2))
         comps = [pm.MvNormal.dist(mu=mu[k], cov=np.eye(2)) for k in range(3)]
         pm.Mixture("x", w=w, comp_dists=comps, observed=[[0.3, -1.0], [2.0, 0.5]])
-    assert find_components(get_density(multivariate)) == [
+    assert find_symmetries(get_density(multivariate)) == [
         Components((("w", -1), ("mu", 0)), 3)]
 
 

@@ -205,12 +205,6 @@ def _unconstrained_draws(density, posterior: xr.Dataset) -> np.ndarray:
     return flat.reshape(n_chain, n_draw, density.dim)
 
 
-def _best(density, X: np.ndarray) -> int:
-    """The row of X with the highest log joint."""
-    log_joint = _log_joint(density, X)[0]
-    return int(np.argmax(log_joint))
-
-
 def _log_joint(density, X: np.ndarray, domain=None):
     """Log joint (−inf where NaN, and outside a label-switching ``domain``), log prior and log
     likelihood at the rows of X, in chunks."""
@@ -509,18 +503,21 @@ def bridge(
     t_sampling = time.perf_counter()
 
     X = _unconstrained_draws(density, posterior)  # (chain, draw, d)
+    draw_values = _log_joint(density, X.reshape(-1, X.shape[2]))
     # Label switching and sign flips: NUTS's chains each hold one copy of a mode, and a bridge
     # over them would count those copies alone. The target is the posterior restricted to the
-    # copies nearest one draw's, Z = copies × ∫_domain p, the draws moved into it.
+    # copies nearest the highest draw, Z = copies × ∫_domain p, the draws moved into it (where
+    # their log densities are the same).
     symmetries = _label_switching.find_symmetries(density)
     domain = None
     if symmetries:
         flat = X.reshape(-1, X.shape[2])
-        domain = _label_switching.domain_around(density, symmetries, flat[_best(density, flat)])
+        domain = _label_switching.domain_around(density, symmetries,
+                                                flat[np.argmax(draw_values[0])])
         X = _label_switching.canonical(density, domain, flat).reshape(X.shape)
     halves = _halves(X, proposal_draws)
     proposal = _fit_proposal(halves.fit)
-    terms = _bridge_terms(method, density, proposal, X, halves, rng, domain)
+    terms = _bridge_terms(method, density, proposal, X, draw_values, halves, rng, domain)
     t_evaluation = time.perf_counter()
 
     if np.isposinf(terms.t2).any() or np.isposinf(terms.t1).any():
@@ -706,14 +703,15 @@ class _Terms(NamedTuple):
     log_likelihood: np.ndarray
 
 
-def _bridge_terms(method, density, proposal: _Proposal, X, halves: _Halves, rng,
+def _bridge_terms(method, density, proposal: _Proposal, X, draw_values, halves: _Halves, rng,
                   domain) -> _Terms:
     """The target and proposal log densities of ``method`` ("normal", or "warp3": the
     symmetrised standardised posterior bridged to N(0, I), Meng & Schilling 2002); the target
-    is restricted to the label-switching ``domain`` (None: none)."""
+    is restricted to the label-switching ``domain`` (None: none). ``draw_values`` are the
+    posterior draws' log joint, prior and likelihood (:func:`_log_joint`)."""
     n_chain, n_draw, d = X.shape
     Z = rng.standard_normal((halves.n2, d))
-    log_q_draws, log_prior, log_lik = _log_joint(density, X.reshape(-1, d), domain)
+    log_q_draws, log_prior, log_lik = draw_values
     log_q_iter = log_q_draws.reshape(n_chain, n_draw)[:, halves.n_half:].reshape(-1)
     if method == "normal":
         t1 = log_q_iter
