@@ -338,7 +338,8 @@ def nested_core_step(
     max_clusters: int = 8,
     scale_pairs: tuple = (),
 ) -> tuple[NestedState, NestedStepInfo]:
-    r"""One step: kill ``num_delete`` points, replace them by slice-sampled survivors.
+    r"""One step: kill ``num_delete`` points (and any tied with the last of them, a plateau),
+    replace them by slice-sampled survivors.
 
     The k dead points, in ascending log L, shrink the expected log-volume by 1/n_i each with
     n_i = n, n−1, …, n−k+1, and add to the evidence by the trapezoid rule,
@@ -360,10 +361,14 @@ def nested_core_step(
     """
     n = state.live.shape[0]
     _check_step_settings(num_delete, num_inner_steps, max_clusters, n)
-    k = num_delete
     order = np.argsort(state.log_likelihood, kind="stable")
+    threshold = float(state.log_likelihood[order[num_delete - 1]])
+    # Every point tied at the threshold dies with the batch (a likelihood plateau, e.g. from
+    # pt.clip): the replacements come from {L > L*}, and survivors left at L* would make the
+    # live set non-uniform there. Counting them as dying one by one, n_i = n, n-1, ..., is
+    # Fowlie, Handley & Su (2021)'s treatment of plateaus.
+    k = max(num_delete, int(np.sum(state.log_likelihood <= threshold)))
     dead = order[:k]
-    threshold = float(state.log_likelihood[dead[-1]])
     survivors = np.flatnonzero(state.log_likelihood > threshold)
     if survivors.size == 0:
         raise ValueError(f"no live point has log L above the threshold {threshold}: the "
