@@ -1,5 +1,6 @@
 """Symmetric copies of every mode found in the log density: a mixture's exchangeable
-components (label switching) and parameters that change sign together.
+components (label switching), parameters that change sign together, and an MLP hidden layer's
+units.
 
 When permuting one axis of some free variables together (a mixture's component means,
 scales and weights) leaves the log prior and the log likelihood unchanged, every mode of the
@@ -27,10 +28,17 @@ from scipy.sparse.csgraph import connected_components
 from scipy.special import gammaln
 
 from pymc_evidence.density import _ordered_transform
-from pymc_evidence.symmetry import _assignment, domain_anchor
+from pymc_evidence.symmetry import (
+    MLPLayer,
+    _assignment,
+    align_units,
+    domain_anchor,
+    is_nearest_copy,
+    mlp_symmetry,
+)
 
-__all__ = ["Components", "SignFlip", "Domain", "find_symmetries", "domain_around", "canonical",
-           "in_domain", "log_stabiliser", "log_copies"]
+__all__ = ["Components", "SignFlip", "HiddenUnits", "Domain", "find_symmetries",
+           "domain_around", "canonical", "in_domain", "log_stabiliser", "log_copies"]
 
 #: Up to this many candidate variables of one length, every subset is tried; beyond, each
 #: variable alone and all of them together.
@@ -70,19 +78,48 @@ class SignFlip:
         return {"kind": "sign", "variables": list(self.names), "copies": self.count}
 
 
-def find_symmetries(density, draws: int = 4) -> list[Components | SignFlip]:
-    """The symmetries of the model's log density, checked at ``draws`` prior draws: sets of
-    exchangeable components (:func:`_components`), then sign flips among the other free
-    variables: the smallest sets whose joint change of sign leaves the log prior and the log
-    likelihood unchanged, disjoint from one another (every subset when there are at most eight
-    such variables, else each alone and all together). A variable whose support is not
-    symmetric (a scale) cannot flip."""
+@dataclass(frozen=True)
+class HiddenUnits:
+    """An MLP hidden layer (:class:`~pymc_evidence.symmetry.MLPLayer`) whose units permuting,
+    and flipping in sign where the activation allows, is a symmetry of the model:
+    ``count`` = :func:`~pymc_evidence.symmetry.mlp_symmetry` copies of every mode (2^h h! for
+    tanh). A unit's flip changes the sign of slices of its variables, which the searches for
+    whole-variable symmetries here do not find."""
+
+    layer: MLPLayer
+    count: int
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        layer = self.layer
+        return tuple(n for n in (layer.weights, layer.bias, layer.output) if n is not None)
+
+    def setting(self) -> dict:
+        return {"kind": "hidden units", "variables": list(self.names), "copies": self.count}
+
+
+Symmetry = Components | SignFlip | HiddenUnits
+
+
+def find_symmetries(density, draws: int = 4, layer: MLPLayer | None = None) -> list[Symmetry]:
+    """The symmetries of the model's log density, checked at ``draws`` prior draws: ``layer``'s
+    units (given, already checked), then sets of exchangeable components among the other free
+    variables (:func:`_components`), then sign flips among the rest: the smallest sets whose
+    joint change of sign leaves the log prior and the log likelihood unchanged, disjoint from
+    one another (every subset when there are at most eight such variables, else each alone and
+    all together). A variable whose support is not symmetric (a scale) cannot flip."""
     model = density.model
     probe = _probe(density, draws)
     if probe is None:
         return []
     before, values = probe
-    found = _components(density, before, values)
+    found: list[Symmetry] = []
+    if layer is not None:
+        shapes = dict(zip(density.names, density.shapes))
+        found.append(HiddenUnits(layer, mlp_symmetry(layer.hidden_units(shapes),
+                                                     layer.activation)))
+    taken = {name for sym in found for name in sym.names}
+    found += _components(density, before, values, taken)
     taken = {name for sym in found for name in sym.names}
     names = [rv.name for rv in model.free_RVs
              if rv.name not in taken and _ordered_transform(model, rv) is None]
@@ -119,10 +156,11 @@ def _subsets(items: list) -> list[tuple]:
     return [(item,) for item in items] + [tuple(items)]
 
 
-def _components(density, before: np.ndarray, values: dict) -> list[Components]:
-    """The sets of free variables that permuting together along one axis (the first or the last
-    of each) is a symmetry of the model, checked at the prior draws whose log densities are
-    ``before`` and constrained values ``values``.
+def _components(density, before: np.ndarray, values: dict,
+                taken: set[str]) -> list[Components]:
+    """The sets of free variables (other than those ``taken``) that permuting together along
+    one axis (the first or the last of each) is a symmetry of the model, checked at the prior
+    draws whose log densities are ``before`` and constrained values ``values``.
 
     Candidates are free variables with an axis of length ≥ 2 that are not ordered (an ordered
     transform already picks one labelling): a mixture's weights and per-component scalars along
@@ -138,13 +176,13 @@ def _components(density, before: np.ndarray, values: dict) -> list[Components]:
     lengths: dict[int, list[tuple[str, int]]] = {}
     for rv in model.free_RVs:
         shape = values[rv.name].shape[1:]
-        if _ordered_transform(model, rv) is not None:
+        if _ordered_transform(model, rv) is not None or rv.name in taken:
             continue
         for axis in sorted({0, -1} if len(shape) > 1 else {-1} if shape else set()):
             if shape[axis] >= 2:
                 lengths.setdefault(int(shape[axis]), []).append((rv.name, axis))
     found = []
-    taken: set[str] = set()  # a variable in one set only: relabellings along two axes of it
+    taken = set(taken)  # a variable in one set only: relabellings along two axes of it
     for size, members in lengths.items():
         for subset in _subsets(members):
             names = [name for name, _ in subset]
@@ -204,8 +242,9 @@ class Domain:
     Dirichlet domain): a fundamental domain that holds the reference's whole mode when the
     copies are apart, wherever the components sit."""
 
-    symmetries: tuple[Components | SignFlip, ...]
-    reference: dict  # constrained values of the reference point, one row per variable
+    symmetries: tuple[Symmetry, ...]
+    anchor: np.ndarray  # the reference point, unconstrained (d,)
+    reference: dict  # its constrained values, one row per variable
 
 
 def domain_around(density, symmetries: list, x: np.ndarray) -> Domain:
@@ -213,7 +252,7 @@ def domain_around(density, symmetries: list, x: np.ndarray) -> Domain:
     (:func:`~pymc_evidence.symmetry.domain_anchor`: a mode with coinciding components is its
     own copy, and its nearest-copy region would not be one copy of the space)."""
     anchor = domain_anchor(np.asarray(x, float))
-    return Domain(tuple(symmetries), density.to_constrained(anchor[None, :]))
+    return Domain(tuple(symmetries), anchor, density.to_constrained(anchor[None, :]))
 
 
 def _features(values: dict, components: Components) -> np.ndarray:
@@ -243,11 +282,23 @@ def _flips(values: dict, flip: SignFlip, reference: dict) -> np.ndarray:
     return gain < 0
 
 
+def _split(domain: Domain) -> tuple[list[MLPLayer], list]:
+    """The domain's hidden layers (aligned in the unconstrained space, where their untransformed
+    weights are) and its other symmetries (acting on constrained values)."""
+    layers = [s.layer for s in domain.symmetries if isinstance(s, HiddenUnits)]
+    return layers, [s for s in domain.symmetries if not isinstance(s, HiddenUnits)]
+
+
 def canonical(density, domain: Domain, X: np.ndarray) -> np.ndarray:
     """The copies of the rows of ``X`` (n × d, unconstrained) in ``domain``."""
     X = np.atleast_2d(X)
+    layers, others = _split(domain)
+    if layers:  # the units' own variables: disjoint from the others', so the order is free
+        X = align_units(density, layers, domain.anchor, X)
+    if not others:
+        return X
     values = density.to_constrained(X)
-    for sym in domain.symmetries:
+    for sym in others:
         if isinstance(sym, SignFlip):
             signs = np.where(_flips(values, sym, domain.reference), -1.0, 1.0)
             values = dict(values)
@@ -261,9 +312,13 @@ def canonical(density, domain: Domain, X: np.ndarray) -> np.ndarray:
 def in_domain(density, domain: Domain, X: np.ndarray) -> np.ndarray:
     """Whether each row of ``X`` lies in ``domain``."""
     X = np.atleast_2d(X)
+    layers, others = _split(domain)
+    inside = (is_nearest_copy(density, layers, domain.anchor, X) if layers
+              else np.ones(X.shape[0], dtype=bool))
+    if not others:
+        return inside
     values = density.to_constrained(X)
-    inside = np.ones(X.shape[0], dtype=bool)
-    for sym in domain.symmetries:
+    for sym in others:
         if isinstance(sym, SignFlip):
             inside &= ~_flips(values, sym, domain.reference)
         else:
@@ -273,8 +328,8 @@ def in_domain(density, domain: Domain, X: np.ndarray) -> np.ndarray:
 
 
 def log_copies(symmetries: list) -> float:
-    """``log Π count`` over the symmetry sets (``K!`` labellings, 2 signs): the copies of
-    every mode."""
+    """``log Π count`` over the symmetry sets (``K!`` labellings, 2 signs, 2^h h! for a tanh
+    layer): the copies of every mode."""
     return float(sum(math.log(sym.count) for sym in symmetries))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import numbers
 import time
 from typing import NamedTuple
@@ -21,6 +22,7 @@ from pymc_evidence._random import as_generator
 from pymc_evidence._validation import choice, integer, number, resolve_model
 from pymc_evidence.density import check_prior_draws, get_density
 from pymc_evidence.results import BridgeResult, warn
+from pymc_evidence.symmetry import mlp_symmetry, resolve_layers
 
 __all__ = ["bridge"]
 
@@ -308,6 +310,7 @@ def bridge(
     proposal_draws: int | None = None,
     max_iter: int = 1000,
     tol: float = 1e-10,
+    mlp_layers="auto",
     random_seed=None,
     progressbar: bool = True,
     backend: str = "c",
@@ -391,6 +394,15 @@ def bridge(
     tol : float, default 1e-10
         Stop when the relative change :math:`|\hat Z^{(t+1)} - \hat Z^{(t)}| / \hat Z^{(t+1)}`
         is below ``tol``.
+    mlp_layers : "auto", MLPLayer, list of MLPLayer or None, default "auto"
+        The model's MLP hidden layers (see :class:`~pymc_evidence.MLPLayer`), whose units
+        permuting and flipping in sign gives every mode 2^h h! copies (tanh) that NUTS's chains
+        do not move between: the draws are moved to their copy nearest the highest draw and the
+        log copies added, as for the symmetries below. ``"auto"``: the layers recognised in the
+        model's graph whose symmetries leave the density unchanged at prior draws, as in
+        :func:`thermodynamic`. With several layers the one with the most copies is counted,
+        and a warning gives the others' log copies, by which the estimate can be low. None:
+        no layers.
     random_seed : int, Generator, SeedSequence or None
         Seeds NUTS (an int goes to ``pm.sample`` unchanged) and the proposal draws.
     progressbar : bool, default True
@@ -442,8 +454,9 @@ def bridge(
     Symmetric copies: when some free variables, permuted together along one axis (a
     mixture's ``K`` exchangeable components) or changing sign together (``a`` and ``b`` of
     ``y ~ N(a·b, σ)``), leave the log prior and the log likelihood unchanged at prior draws,
-    every draw is moved to its copy nearest the highest draw, the target is the posterior
-    restricted to that domain, and the log of the number of copies (:math:`K!`, 2) is added:
+    and for an MLP layer's units (``mlp_layers``), every draw is moved to its copy nearest the
+    highest draw, the target is the posterior restricted to that domain, and the log of the
+    number of copies (:math:`K!`, 2, :math:`2^h h!`) is added:
     the domain's copies tile the space, so :math:`Z = K! \int_{\text{domain}} q`, however
     many copies NUTS visited (``settings["symmetries"]`` lists them).
 
@@ -487,6 +500,8 @@ def bridge(
     model = resolve_model(model)
     density = get_density(model, backend=backend)
     sample_seed, rng = _seeds(random_seed)
+    layers = resolve_layers(mlp_layers, model, density)
+    layer, log_uncounted = _counted_layer(layers, density)
     t_density = time.perf_counter()
 
     sampled = posterior is None
@@ -508,7 +523,7 @@ def bridge(
     # over them would count those copies alone. The target is the posterior restricted to the
     # copies nearest the highest draw, Z = copies × ∫_domain p, the draws moved into it (where
     # their log densities are the same).
-    symmetries = _label_switching.find_symmetries(density)
+    symmetries = _label_switching.find_symmetries(density, layer=layer)
     domain = None
     if symmetries:
         flat = X.reshape(-1, X.shape[2])
@@ -532,6 +547,12 @@ def bridge(
     divergences = _divergences(idata)
     rhat = _compat.rhat(terms.log_q_draws.reshape(X.shape[:2]))
     messages: list[str] = []
+    if log_uncounted:
+        warn(messages, f"the model has several MLP hidden layers; bridge counts the symmetric "
+             f"copies of one ({layer.weights!r}, {_label_switching.log_copies(symmetries[:1]):.1f}"
+             f" nats) and not the others' ({log_uncounted:.1f} nats), between which NUTS does "
+             "not move: the estimate can be low by up to that much. Use thermodynamic or nested.",
+             stacklevel=2)
     _warn_on_soft_problems(messages, terms, halves, iteration, error.cv, divergences, rhat, ess,
                            max_iter, tol)
     diagnostics = _diagnostics(method, X, halves, proposal, terms, iteration, error, ess,
@@ -550,6 +571,7 @@ def bridge(
         "random_seed": random_seed if isinstance(random_seed, (int, type(None))) else "given",
         "dim": int(X.shape[2]),
         "symmetries": [c.setting() for c in symmetries],
+        "mlp_layers": [vars(layer) for layer in layers] or None,
     }
     t_end = time.perf_counter()
     return BridgeResult(
@@ -578,6 +600,18 @@ def bridge(
 
 
 # --------------------------------------------------------------------------- steps
+def _counted_layer(layers, density):
+    """The hidden layer whose copies the bridge counts, the one with the most (one layer's
+    nearest copy is exact; several layers' are not, since each permutes the next one's
+    incoming weights), and the log copies of the others."""
+    if not layers:
+        return None, 0.0
+    shapes = dict(zip(density.names, density.shapes))
+    log_counts = [math.log(mlp_symmetry(l.hidden_units(shapes), l.activation)) for l in layers]
+    best = int(np.argmax(log_counts))
+    return layers[best], float(sum(log_counts) - log_counts[best])
+
+
 def _validate_arguments(method, draws, tune, chains, max_iter, proposal_draws, tol,
                         sample_kwargs):
     """Raise on a bad argument before any work; returns the integers and ``sample_kwargs``
