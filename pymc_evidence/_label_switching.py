@@ -109,15 +109,15 @@ def find_symmetries(density, draws: int = 4, layer: MLPLayer | None = None) -> l
     one another (every subset when there are at most eight such variables, else each alone and
     all together). A variable whose support is not symmetric (a scale) cannot flip."""
     model = density.model
-    probe = _probe(density, draws)
-    if probe is None:
-        return []
-    before, values = probe
     found: list[Symmetry] = []
     if layer is not None:
         shapes = dict(zip(density.names, density.shapes))
         found.append(HiddenUnits(layer, mlp_symmetry(layer.hidden_units(shapes),
                                                      layer.activation)))
+    probe = _probe(density, draws)
+    if probe is None:
+        return found
+    before, values = probe
     taken = {name for sym in found for name in sym.names}
     found += _components(density, before, values, taken)
     taken = {name for sym in found for name in sym.names}

@@ -224,7 +224,8 @@ def test_symmetric_copies_are_merged(mlp, mlp_mode):
     assert row.hits == 2 and bool(row.positive_definite) and bool(row.converged)
     assert merged.settings["symmetry"] == 48  # mlp_layers implies 2^3·3!
     # the same mode counted twice when the symmetry is not declared: log 2 too much
-    unmerged = pm_evidence.laplace(mlp, restarts=0, start=starts, symmetry=48, progressbar=False)
+    unmerged = pm_evidence.laplace(mlp, restarts=0, start=starts, symmetry=48, mlp_layers=None,
+                                   progressbar=False)
     assert len(unmerged.diagnostics) == 2
     assert unmerged.diagnostics.hits.tolist() == [1, 1]
     assert unmerged.log_evidence - merged.log_evidence == pytest.approx(np.log(2), abs=1e-6)
@@ -307,22 +308,27 @@ def test_mlp_layers_dict_form_and_bad_names(mlp, mlp_mode):
         pm_evidence.laplace(mlp, restarts=1, mlp_layers=MLPLayer("w_hidden", "w_out"))
 
 
-def test_an_mlp_without_mlp_layers_is_recognised_and_the_missing_copies_named(mlp, mlp_mode):
-    """The model of this file, written as users write MLPs, without mlp_layers or symmetry: the
-    warning names the layer and exactly the log S the estimate then lacks."""
+def test_an_mlp_layer_is_recognised_by_default_and_named_when_declined(mlp, mlp_mode):
+    """The model of this file, written as users write MLPs: by default its layer is recognised
+    and the copies counted as if it were given; with mlp_layers=None the warning names the
+    layer and exactly the log S the estimate then lacks."""
     assert detect_mlp_layers(mlp) == [LAYER]
     density, x, _ = mlp_mode
     with pytest.warns(pm_evidence.EvidenceWarning,
                       match=r"looks like a neural network .* 48 symmetric copies.* 3\.87 nats too "
                             r"low.*mlp_layers=MLPLayer\('w_in', bias='b_in', output='w_out'\)"):
         bare = pm_evidence.laplace(mlp, restarts=0, start=x[None], check_draws=0,
-                                   progressbar=False)
+                                   mlp_layers=None, progressbar=False)
     declared = pm_evidence.laplace(mlp, restarts=0, start=x[None], mlp_layers=LAYER,
                                    check_draws=0, progressbar=False)
     assert declared.log_evidence - bare.log_evidence == pytest.approx(np.log(48), abs=1e-9)
     assert not declared.warnings
+    default = pm_evidence.laplace(mlp, restarts=0, start=x[None], check_draws=0,
+                                  progressbar=False)
+    assert default.log_evidence == declared.log_evidence and not default.warnings
+    assert default.settings["mlp_layers"] == [vars(LAYER)]
     explicit = pm_evidence.laplace(mlp, restarts=0, start=x[None], symmetry=1, check_draws=0,
-                                   progressbar=False)
+                                   mlp_layers=None, progressbar=False)
     assert explicit.log_evidence == bare.log_evidence and not explicit.warnings
 
 
@@ -353,7 +359,8 @@ def test_no_layer_is_recognised_where_there_is_none(linear):
 @pytest.mark.slow  # an MLP run: a minute or more on a 2-core machine
 def test_a_layer_whose_output_weights_are_integrated_out_is_recognised():
     """Liang's MLP integrates the output weights out: its layer is found without them, confirmed
-    by the symmetry check, aligned by "auto" and suggested by laplace with the log S it lacks."""
+    by the symmetry check, aligned by "auto" and suggested by laplace with the log S it lacks
+    when declined."""
     model = liang_mlp(2, *liang_data(seed=1, n=30))
     density = get_density(model)
     layer = MLPLayer("z_in", bias="z_bias")
@@ -362,7 +369,7 @@ def test_a_layer_whose_output_weights_are_integrated_out_is_recognised():
     start = density.prior_draws(np.random.default_rng(1), 1)
     with pytest.warns(EvidenceWarning, match=r"8 symmetric copies.* 2\.08 nats too low.*"
                                              r"mlp_layers=MLPLayer\('z_in', bias='z_bias'\)"):
-        pm_evidence.laplace(model, restarts=0, start=start, check_draws=0,
+        pm_evidence.laplace(model, restarts=0, start=start, check_draws=0, mlp_layers=None,
                             progressbar=False)
 
 

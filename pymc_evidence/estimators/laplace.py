@@ -31,8 +31,8 @@ from pymc_evidence.density import get_density
 from pymc_evidence.estimators import _mackay
 from pymc_evidence.results import LaplaceResult, warn
 from pymc_evidence.symmetry import (
-    MLPLayer, align_units, alignment_map, as_layers, domain_anchor, is_nearest_copy,
-    log_stabiliser, missing_layers_message, mlp_symmetry, sampling_layers, suggested_layers,
+    MLPLayer, align_units, alignment_map, domain_anchor, is_nearest_copy, log_stabiliser,
+    missing_layers_message, mlp_symmetry, resolve_layers, sampling_layers, suggested_layers,
 )
 
 __all__ = ["laplace"]
@@ -103,7 +103,7 @@ def laplace(
     restarts: int = 8,
     start=None,
     symmetry: int | None = None,
-    mlp_layers=None,
+    mlp_layers="auto",
     framework: str = "fixed",
     groups=None,
     noise: str | None = None,
@@ -178,10 +178,14 @@ def laplace(
         ``y ~ N(a·b, σ)``), the optima moved to the copy nearest the best one's before merging
         (``settings["symmetries"]``); else 1. Each mode's count is then divided by the
         symmetries that fix it. A count given here is used as given, for every mode.
-    mlp_layers : MLPLayer, dict or list of them, optional
+    mlp_layers : "auto", MLPLayer, dict, list of them or None, default "auto"
         Which variables make up the hidden layer(s) of an MLP (see
         :class:`~pymc_evidence.symmetry.MLPLayer`). Optima that are copies of one another under
-        permutations and sign flips of hidden units are then merged into one mode.
+        permutations and sign flips of hidden units are then merged into one mode, and the
+        copies counted. ``"auto"``: the layers recognised in the model's graph whose units
+        permuting and sign-flipping leaves the density unchanged at prior draws, as in
+        :func:`thermodynamic`. None: no layers (a model that looks like an MLP is then warned
+        about, with the log copies left out).
     framework : {"fixed", "mackay"}, default "fixed"
         ``"fixed"``: the Laplace approximation of the model exactly as written (hyperparameters
         that are free variables are integrated over by the Laplace approximation like any other
@@ -322,11 +326,13 @@ def laplace(
     model = resolve_model(model)
     rng = as_generator(random_seed)
     density = get_density(model, backend=backend)
-    layers = as_layers(mlp_layers, density)
+    layers = resolve_layers(mlp_layers, model, density)
     messages: list[str] = []
     shapes = dict(zip(density.names, density.shapes))
     symmetries = []
-    if symmetry is None and not layers and not _warn_if_mlp(messages, model, density, shapes):
+    # mlp_layers=None declines the layers: a model that looks like an MLP is warned about.
+    if symmetry is None and not layers and not (
+            mlp_layers is None and _warn_if_mlp(messages, model, density, shapes)):
         # Label switching, sign flips: else the sum holds only the copies the restarts found.
         symmetries = _label_switching.find_symmetries(density) if framework == "fixed" else []
     counted = symmetry is None and bool(layers or symmetries)
@@ -413,7 +419,7 @@ def laplace(
 
 # --------------------------------------------------------------------------- steps
 def _warn_if_mlp(messages: list, model, density, shapes: dict) -> bool:
-    """Warn when the model looks like an MLP but neither ``mlp_layers`` nor ``symmetry`` was
+    """Warn when the model looks like an MLP but ``mlp_layers=None`` and no ``symmetry`` were
     given: the symmetric copies of every mode are then left out of the sum. True if it
     warned."""
     layers = suggested_layers(model, density)
@@ -421,8 +427,8 @@ def _warn_if_mlp(messages: list, model, density, shapes: dict) -> bool:
         return False
     copies = math.prod(mlp_symmetry(l.hidden_units(shapes), l.activation) for l in layers)
     warn(messages, missing_layers_message(
-        layers, f"each mode found is one of {copies} symmetric copies, and without mlp_layers "
-        f"(or symmetry) they are not added: the log evidence is {math.log(copies):.2f} nats "
+        layers, f"each mode found is one of {copies} symmetric copies, and with "
+        f"mlp_layers=None (and no symmetry) they are not added: the log evidence is {math.log(copies):.2f} nats "
         "too low."), stacklevel=4)
     return True
 
