@@ -190,22 +190,3 @@ def test_bridge_counts_every_copy_of_an_mlp_layer():
     reference, reference_se = LIANG_H2_REFERENCE
     assert abs(result.log_evidence - reference) < 3 * np.hypot(result.se, reference_se)
 
-
-def test_bridge_counts_the_layer_with_most_copies_and_names_the_rest():
-    """One layer's nearest copy is exact, several layers' are not (each permutes the next
-    one's incoming weights): the layer with the most copies is counted, the others' log
-    copies go into the warning."""
-    from pymc_evidence.estimators.bridge import _counted_layer
-    from pymc_evidence.symmetry import MLPLayer
-
-    x = np.linspace(-1, 1, 6)[:, None]
-    with pm.Model() as model:
-        w1, b1 = pm.Normal("w1", 0, 1, shape=(1, 3)), pm.Normal("b1", 0, 1, shape=3)
-        w2, b2 = pm.Normal("w2", 0, 1, shape=(3, 2)), pm.Normal("b2", 0, 1, shape=2)
-        v = pm.Normal("v", 0, 1, shape=2)
-        hidden = pm.math.tanh(pm.math.tanh(x @ w1 + b1) @ w2 + b2)
-        pm.Normal("y", hidden @ v, 0.1, observed=np.sin(2 * x[:, 0]))
-    first, second = MLPLayer("w1", "w2", "b1"), MLPLayer("w2", "v", "b2")
-    layer, log_uncounted = _counted_layer([second, first], get_density(model))
-    assert layer == first  # 2³ 3! = 48 copies against 2² 2! = 8
-    assert log_uncounted == pytest.approx(math.log(8))

@@ -303,6 +303,9 @@ def test_of_several_layers_the_one_with_most_copies_is_aligned():
     density = get_density(model)
     assert sampling_layers(density, [first, second]) == [second]  # 2³·3! = 48 copies, not 8
     assert sampling_layers(density, [first]) == [first]
+    # bridge counts that layer's copies and names the other's log copies in its warning
+    from pymc_evidence.estimators.bridge import _counted_layer
+    assert _counted_layer([first, second], density) == (second, pytest.approx(np.log(8)))
 
 
 def test_a_diverged_point_aligns_to_itself_and_is_in_no_copys_domain():

@@ -22,7 +22,7 @@ from pymc_evidence._random import as_generator
 from pymc_evidence._validation import choice, integer, number, resolve_model
 from pymc_evidence.density import check_prior_draws, get_density
 from pymc_evidence.results import BridgeResult, warn
-from pymc_evidence.symmetry import mlp_symmetry, resolve_layers
+from pymc_evidence.symmetry import mlp_symmetry, resolve_layers, sampling_layers
 
 __all__ = ["bridge"]
 
@@ -601,15 +601,15 @@ def bridge(
 
 # --------------------------------------------------------------------------- steps
 def _counted_layer(layers, density):
-    """The hidden layer whose copies the bridge counts, the one with the most (one layer's
-    nearest copy is exact; several layers' are not, since each permutes the next one's
-    incoming weights), and the log copies of the others."""
+    """The hidden layer whose copies the bridge counts (:func:`sampling_layers`: one layer's
+    nearest copy is exact, several layers' are not) and the log copies of the others."""
     if not layers:
         return None, 0.0
     shapes = dict(zip(density.names, density.shapes))
-    log_counts = [math.log(mlp_symmetry(l.hidden_units(shapes), l.activation)) for l in layers]
-    best = int(np.argmax(log_counts))
-    return layers[best], float(sum(log_counts) - log_counts[best])
+    [counted] = sampling_layers(density, layers)
+    log_uncounted = sum(math.log(mlp_symmetry(l.hidden_units(shapes), l.activation))
+                        for l in layers if l is not counted)
+    return counted, float(log_uncounted)
 
 
 def _validate_arguments(method, draws, tune, chains, max_iter, proposal_draws, tol,
