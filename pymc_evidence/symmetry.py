@@ -241,7 +241,8 @@ def detect_mlp_layers(model) -> list[MLPLayer]:
     ``mlp_layers``.
 
     A layer is an activation of :data:`ACTIVATIONS` applied to ``x @ W + b`` (possibly scaled
-    by a constant or a scalar), where ``x`` holds no free variable and ``W`` and ``b`` each
+    by a constant or a scalar), where ``x`` holds no free variable or is the activations of a
+    layer found before (a deeper layer of the same network), and ``W`` and ``b`` each
     depend on one untransformed free variable besides scalars (a non-centred ``W = z / √α``
     gives ``z``). Its output is ``V`` when the activations go on through ``@ V`` with ``V`` of
     the same kind; otherwise it is None, as for a model that integrates the output weights out
@@ -270,10 +271,11 @@ def detect_mlp_layers(model) -> list[MLPLayer]:
         return type(getattr(op, "scalar_op", op)).__name__.lower()
 
     def weights_of(term):
-        """W of a term x @ W (x free of variables), or of x * W, which is what PyTensor makes
-        of x @ W when x has one column."""
+        """W of a term x @ W (x free of variables, or the activations of a layer found
+        before: a deeper layer), or of x * W, which is what PyTensor makes of x @ W when x has
+        one column."""
         node = term.owner
-        if node is None or free(node.inputs[0]):
+        if node is None or (free(node.inputs[0]) and node.inputs[0] not in activations):
             return None
         if op_name(node) in _PRODUCTS or (op_name(node) == "mul" and len(node.inputs) == 2
                                            and node.inputs[0].type.ndim == 2):
@@ -282,7 +284,7 @@ def detect_mlp_layers(model) -> list[MLPLayer]:
 
     nodes = io_toposort(model.value_vars, [model.logp()])
     shapes = {k: np.shape(v) for k, v in model.initial_point().items()}
-    layers = []
+    layers, activations = [], set()
     for node in nodes:
         activation = {"scalarsigmoid": "sigmoid"}.get(op_name(node), op_name(node))
         if activation not in ACTIVATIONS or activation == "exp" or node.inputs[0].owner is None:
@@ -314,6 +316,7 @@ def detect_mlp_layers(model) -> list[MLPLayer]:
         except (ValueError, IndexError):
             continue
         layers.append(layer)
+        activations.add(node.outputs[0])
     return layers
 
 
