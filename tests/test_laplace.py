@@ -335,16 +335,11 @@ def test_an_mlp_layer_is_recognised_by_default_and_named_when_declined(mlp, mlp_
 def test_every_layer_of_a_deeper_network_is_recognised():
     """The second layer's inputs are the first layer's activations, not data: it is found too,
     so that laplace counts both layers' copies (48 · 8)."""
-    x = np.linspace(-1, 1, 6)[:, None]
-    with pm.Model() as model:
-        w1, b1 = pm.Normal("w1", 0, 1, shape=(1, 3)), pm.Normal("b1", 0, 1, shape=3)
-        w2, b2 = pm.Normal("w2", 0, 1, shape=(3, 2)), pm.Normal("b2", 0, 1, shape=2)
-        v = pm.Normal("v", 0, 1, shape=2)
-        hidden = pm.math.tanh(pm.math.tanh(x @ w1 + b1) @ w2 + b2)
-        pm.Normal("y", hidden @ v, 0.3, observed=np.sin(2 * x[:, 0]))
-    layers = [MLPLayer("w1", "w2", "b1"), MLPLayer("w2", "v", "b2")]
-    assert detect_mlp_layers(model) == layers
-    assert resolve_layers("auto", model, get_density(model)) == layers
+    from _deep_mlp import LAYERS, two_layer_mlp
+
+    model = two_layer_mlp(3, 2, points=6)
+    assert detect_mlp_layers(model) == list(LAYERS)
+    assert resolve_layers("auto", model, get_density(model)) == list(LAYERS)
     res = pm_evidence.laplace(model, restarts=1, check_draws=0, random_seed=0,
                               progressbar=False)
     assert res.settings["symmetry"] == 48 * 8

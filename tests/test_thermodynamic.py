@@ -289,18 +289,13 @@ def test_mlp_layers_alignment_keeps_the_evidence(units3):
 
 
 def test_of_several_layers_the_one_with_most_copies_is_aligned():
-    from pymc_evidence.density import get_density
-    from pymc_evidence.symmetry import MLPLayer, sampling_layers
+    from _deep_mlp import LAYERS, two_layer_mlp
 
-    x = np.linspace(-1, 1, 8)[:, None]
-    with pm.Model() as model:
-        w1, b1 = pm.Normal("w1", 0, 1, shape=(1, 2)), pm.Normal("b1", 0, 1, shape=2)
-        w2, b2 = pm.Normal("w2", 0, 1, shape=(2, 3)), pm.Normal("b2", 0, 1, shape=3)
-        v = pm.Normal("v", 0, 1, shape=3)
-        hidden = pm.math.tanh(pm.math.tanh(x @ w1 + b1) @ w2 + b2)
-        pm.Normal("y", hidden @ v, 0.1, observed=np.sin(3 * x[:, 0]))
-    first, second = MLPLayer("w1", output="w2", bias="b1"), MLPLayer("w2", output="v", bias="b2")
-    density = get_density(model)
+    from pymc_evidence.density import get_density
+    from pymc_evidence.symmetry import sampling_layers
+
+    first, second = LAYERS
+    density = get_density(two_layer_mlp(2, 3))
     assert sampling_layers(density, [first, second]) == [second]  # 2³·3! = 48 copies, not 8
     assert sampling_layers(density, [first]) == [first]
     # bridge counts that layer's copies and names the other's log copies in its warning
