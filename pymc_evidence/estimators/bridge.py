@@ -551,8 +551,7 @@ def bridge(
         warn(messages, f"the model has several MLP hidden layers; bridge counts the symmetric "
              f"copies of one ({layer.weights!r}, {_label_switching.log_copies(symmetries[:1]):.1f}"
              f" nats) and not the others' ({log_uncounted:.1f} nats), between which NUTS does "
-             "not move: the estimate can be low by up to that much. Use thermodynamic or nested.",
-             stacklevel=2)
+             "not move: the estimate can be low by up to that much. Use thermodynamic or nested.")
     _warn_on_soft_problems(messages, terms, halves, iteration, error.cv, divergences, rhat, ess,
                            max_iter, tol)
     diagnostics = _diagnostics(method, X, halves, proposal, terms, iteration, error, ess,

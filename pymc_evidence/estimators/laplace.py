@@ -428,8 +428,8 @@ def _warn_if_mlp(messages: list, model, density, shapes: dict) -> bool:
     copies = math.prod(mlp_symmetry(l.hidden_units(shapes), l.activation) for l in layers)
     warn(messages, missing_layers_message(
         layers, f"each mode found is one of {copies} symmetric copies, and with "
-        f"mlp_layers=None (and no symmetry) they are not added: the log evidence is {math.log(copies):.2f} nats "
-        "too low."), stacklevel=4)
+        "mlp_layers=None (and no symmetry) they are not added: the log evidence is "
+        f"{math.log(copies):.2f} nats too low."), stacklevel=4)
     return True
 
 
