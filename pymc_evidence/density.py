@@ -118,6 +118,7 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
             )
     for rv in model.free_RVs:
         _ordered_transform(model, rv)  # raises for an ordered prior it cannot normalise
+        _check_circular(model, rv)
     if not model.observed_RVs and not model.potentials:
         raise ValueError(
             f"model {model.name or '(unnamed)'!r} has no likelihood term (no observed variable "
@@ -221,6 +222,11 @@ class ModelDensity:
     n_cases : int
         Number of i.i.d. cases: the largest leading dimension of the observed variables
         (e.g. 200 for 200 robot-arm cases with two outputs each).
+    periodic : ndarray of int
+        Flat columns in which the log density repeats every 2π: those of variables with PyMC's
+        circular transform (``pm.VonMises``'s default), which wraps any real number onto
+        (−π, π]. An integral over the unconstrained space counts each period once more; see
+        :meth:`wrap` and :meth:`in_period`.
 
     Examples
     --------
@@ -253,6 +259,7 @@ class ModelDensity:
         self.dim = int(sum(self.sizes))
         self.free_names = [rv.name for rv in model.free_RVs]
         self.n_cases = max((_leading_dim(model, rv) for rv in model.observed_RVs), default=1)
+        self.periodic = _periodic_columns(model, self.value_vars, self.sizes)
         self._point = point
 
         # Draws first: a prior that cannot be sampled is reported before the costly compile.
@@ -299,9 +306,12 @@ class ModelDensity:
         """
         reseed_rngs(self._draw_rngs, 0)
         blocks = [[] for _ in self.free_names]
+        # The circular transform maps reals onto [−π, π] (its forward is the identity).
+        circular = [_is_circular(self.model.rvs_to_transforms.get(rv))
+                    for rv in self.model.free_RVs]
         for _ in range(draws):
-            for block, value in zip(blocks, self._draw_fn()):
-                block.append(np.isnan(value).any())
+            for block, value, wraps in zip(blocks, self._draw_fn(), circular):
+                block.append(np.isnan(value).any() or (wraps and np.any(np.abs(value) > np.pi)))
         for rv, block in zip(self.model.free_RVs, blocks):
             outside = int(np.sum(block))
             transform = self.model.rvs_to_transforms.get(rv)
@@ -395,6 +405,24 @@ class ModelDensity:
                 [x_var], jacobian(grad, x_var, vectorize=True), mode=self.mode
             )
         return np.asarray(self._hessian_fn(np.asarray(x, dtype=self._x.dtype)))
+
+    # ----------------------------------------------------------------- periods
+    def wrap(self, X: np.ndarray, around: np.ndarray) -> np.ndarray:
+        """Points (rows of X) moved by whole periods into the one centred on ``around``: each
+        :attr:`periodic` column in [around − π, around + π), where the log density is the same."""
+        if not self.periodic.size:
+            return np.asarray(X, dtype=float)
+        X, column = np.array(X, dtype=float), self.periodic
+        X[..., column] = np.mod(X[..., column] - around[column] + np.pi, 2 * np.pi) - np.pi \
+            + around[column]
+        return X
+
+    def in_period(self, X: np.ndarray, around: np.ndarray) -> np.ndarray:
+        """Whether each row of X lies in the period centred on ``around`` (the points
+        :meth:`wrap` leaves where they are): with :attr:`periodic` columns the model's evidence
+        is the integral over that period alone, the log density repeating outside it."""
+        offset = np.atleast_2d(X)[:, self.periodic] - around[self.periodic]
+        return np.all((offset >= -np.pi) & (offset < np.pi), axis=1)
 
     # ----------------------------------------------------------------- conversions
     def split(self, X: np.ndarray) -> dict[str, np.ndarray]:
@@ -513,6 +541,36 @@ def _ordered_transform(model, rv):
             f"prior's normalising constant is then unknown. {fix}"
         )
     return chain[-1]
+
+
+def _is_circular(transform) -> bool:
+    return getattr(transform, "name", None) == "circular"  # PyMC's and pymc.dims' alike
+
+
+def _check_circular(model, rv) -> None:
+    """Refuse the circular transform chained with another: the unconstrained space then no
+    longer maps onto the variable's support once per period."""
+    chain = _flat_chain(model.rvs_to_transforms.get(rv))
+    if len(chain) > 1 and any(_is_circular(t) for t in chain):
+        raise ValueError(
+            f"free variable {rv.name!r} chains the circular transform with another "
+            f"({[type(t).__name__ for t in chain]}; PyMC chains a transform given with "
+            "transform= after the distribution's default one): the unconstrained space then no "
+            "longer covers its support once per period. Pass default_transform=None with "
+            "transform=circular, or drop transform=."
+        )
+
+
+def _periodic_columns(model, value_vars, sizes) -> np.ndarray:
+    """Flat columns of the value variables whose transform is circular (see
+    :attr:`ModelDensity.periodic`)."""
+    rvs = {value: rv for rv, value in model.rvs_to_values.items()}
+    columns, start = [], 0
+    for value, size in zip(value_vars, sizes):
+        if _is_circular(model.rvs_to_transforms.get(rvs[value])):
+            columns.extend(range(start, start + size))
+        start += size
+    return np.array(columns, dtype=int)
 
 
 def _flat_chain(transform) -> list:

@@ -207,9 +207,25 @@ def _unconstrained_draws(density, posterior: xr.Dataset) -> np.ndarray:
     return flat.reshape(n_chain, n_draw, density.dim)
 
 
-def _log_joint(density, X: np.ndarray, domain=None):
-    """Log joint (−inf where NaN, and outside a label-switching ``domain``), log prior and log
-    likelihood at the rows of X, in chunks."""
+def _region(density, domain, around):
+    """The points the target is restricted to, as a mask function of the rows of X (None: the
+    whole space): the label-switching ``domain`` (None: none) and the period centred on
+    ``around`` (:meth:`~ModelDensity.in_period`)."""
+    if domain is None and not density.periodic.size:
+        return None
+
+    def inside(X):
+        mask = density.in_period(X, around)
+        if domain is not None:
+            mask &= _label_switching.in_domain(density, domain, X)
+        return mask
+
+    return inside
+
+
+def _log_joint(density, X: np.ndarray, region=None):
+    """Log joint (−inf where NaN, and outside a :func:`_region`), log prior and log likelihood
+    at the rows of X, in chunks."""
     prior, lik = [], []
     for start in range(0, X.shape[0], CHUNK):
         values = density(X[start : start + CHUNK])
@@ -217,8 +233,8 @@ def _log_joint(density, X: np.ndarray, domain=None):
         lik.append(values.log_likelihood)
     prior, lik = np.concatenate(prior), np.concatenate(lik)
     log_joint = np.where(np.isnan(prior + lik), -np.inf, prior + lik)
-    if domain is not None:
-        log_joint[~_label_switching.in_domain(density, domain, X)] = -np.inf
+    if region is not None:
+        log_joint[~region(X)] = -np.inf
     return log_joint, prior, lik
 
 
@@ -524,15 +540,19 @@ def bridge(
     # copies nearest the highest draw, Z = copies × ∫_domain p, the draws moved into it (where
     # their log densities are the same).
     symmetries = _label_switching.find_symmetries(density, layer=layer)
-    domain = None
+    flat, domain = X.reshape(-1, X.shape[2]), None
     if symmetries:
-        flat = X.reshape(-1, X.shape[2])
         domain = _label_switching.domain_around(density, symmetries,
                                                 flat[np.argmax(draw_values[0])])
-        X = _label_switching.canonical(density, domain, flat).reshape(X.shape)
+        flat = _label_switching.canonical(density, domain, flat)
+    # Circular variables: the log density repeats every 2π and the evidence is its integral
+    # over one period, the one centred on the highest draw, where the draws are moved.
+    highest = flat[np.argmax(draw_values[0])]
+    X = density.wrap(flat, highest).reshape(X.shape)
+    region = _region(density, domain, highest)
     halves = _halves(X, proposal_draws)
     proposal = _fit_proposal(halves.fit)
-    terms = _bridge_terms(method, density, proposal, X, draw_values, halves, rng, domain)
+    terms = _bridge_terms(method, density, proposal, X, draw_values, halves, rng, region)
     t_evaluation = time.perf_counter()
 
     if np.isposinf(terms.t2).any() or np.isposinf(terms.t1).any():
@@ -737,10 +757,10 @@ class _Terms(NamedTuple):
 
 
 def _bridge_terms(method, density, proposal: _Proposal, X, draw_values, halves: _Halves, rng,
-                  domain) -> _Terms:
+                  region) -> _Terms:
     """The target and proposal log densities of ``method`` ("normal", or "warp3": the
     symmetrised standardised posterior bridged to N(0, I), Meng & Schilling 2002); the target
-    is restricted to the label-switching ``domain`` (None: none). ``draw_values`` are the
+    is restricted to ``region`` (:func:`_region`; None: none). ``draw_values`` are the
     posterior draws' log joint, prior and likelihood (:func:`_log_joint`)."""
     n_chain, n_draw, d = X.shape
     Z = rng.standard_normal((halves.n2, d))
@@ -749,16 +769,16 @@ def _bridge_terms(method, density, proposal: _Proposal, X, draw_values, halves: 
     if method == "normal":
         t1 = log_q_iter
         g1 = proposal.log_density(halves.iterate)
-        t2 = _log_joint(density, proposal.mean + Z @ proposal.chol.T, domain)[0]
+        t2 = _log_joint(density, proposal.mean + Z @ proposal.chol.T, region)[0]
         g2 = _log_std_normal(Z) - proposal.log_det_chol
     else:
         offset = proposal.log_det_chol - np.log(2.0)
-        mirrored = _log_joint(density, 2 * proposal.mean - halves.iterate, domain)[0]
+        mirrored = _log_joint(density, 2 * proposal.mean - halves.iterate, region)[0]
         t1 = offset + np.logaddexp(log_q_iter, mirrored)
         g1 = _log_std_normal(proposal.standardise(halves.iterate))
         LZ = Z @ proposal.chol.T
-        t2 = offset + np.logaddexp(_log_joint(density, proposal.mean - LZ, domain)[0],
-                                   _log_joint(density, proposal.mean + LZ, domain)[0])
+        t2 = offset + np.logaddexp(_log_joint(density, proposal.mean - LZ, region)[0],
+                                   _log_joint(density, proposal.mean + LZ, region)[0])
         g2 = _log_std_normal(Z)
     return _Terms(t1, g1, t2, g2, log_q_draws, log_q_iter, log_prior, log_lik)
 

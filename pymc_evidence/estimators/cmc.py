@@ -80,6 +80,7 @@ class MultivariateT(NamedTuple):
 
 class _Pilot(NamedTuple):
     draws: np.ndarray  # (n_chains * n_sweeps, d) approximate posterior draws
+    around: np.ndarray  # the highest draw, centre of the period the draws are in (circular)
     chains: int
     metric: kernels.Metric
     step_size: float
@@ -90,7 +91,9 @@ def _pilot(rng, density, n_chains, n_anneal, n_sweeps, kernel_settings) -> _Pilo
     """Approximate posterior draws of one model: anneal prior draws to λ = 1 with HMC moves.
 
     The draws only shape the between-model proposal and the within-model HMC metric; CMC's
-    acceptance ratios keep the estimate exact whatever they are.
+    acceptance ratios keep the estimate exact whatever they are. With circular variables they
+    are moved into the period centred on the highest draw, the one the model's target is
+    restricted to (:func:`_make_step`).
     """
     state = kernels.init(density, density.prior_draws(rng, n_chains))
     check_prior_draws(density, state.position, state.log_prior, state.log_likelihood,
@@ -110,10 +113,13 @@ def _pilot(rng, density, n_chains, n_anneal, n_sweeps, kernel_settings) -> _Pilo
         state, stats = kernels.mutate(rng, state, density, 1.0, metric, step_size, **kernel_settings)
         step_size = stats.step_size
         acceptance.append(stats.acceptance)
-        draws.append(state.position)
-    draws = np.concatenate(draws)
+        draws.append(state)
+    log_joint = np.concatenate([d.log_prior + d.log_likelihood for d in draws])
+    draws = np.concatenate([d.position for d in draws])
+    around = draws[np.argmax(np.where(np.isnan(log_joint), -np.inf, log_joint))]
+    draws = density.wrap(draws, around)
     metric = kernels.Metric.from_population(draws, np.full(len(draws), 1.0 / len(draws)), dense)
-    return _Pilot(draws, n_chains, metric, step_size, float(np.mean(acceptance)))
+    return _Pilot(draws, around, n_chains, metric, step_size, float(np.mean(acceptance)))
 
 
 def _model_proposal_matrix(model_proposal, m: int) -> np.ndarray:
@@ -168,18 +174,21 @@ class DefensiveMixture(NamedTuple):
 
     With the prior in the mixture, ψ / q ≤ L / ε: every region the posterior reaches can be
     proposed (a funnel's neck that the t and HMC never visit, say), and importance weights stay
-    bounded.
+    bounded. With circular variables the prior's draws are moved into the period centred on
+    ``around``, where the target lives, so that p₀ is normalised there.
     """
 
     t: MultivariateT
     density: object  # the model's ModelDensity: exact prior draws, and log p₀ with Jacobians
     prior_share: float
+    around: np.ndarray
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         x = self.t.draw(rng, n)
         from_prior = rng.uniform(size=n) < self.prior_share
         if from_prior.any():
-            x[from_prior] = self.density.prior_draws(rng, int(from_prior.sum()))
+            x[from_prior] = self.density.wrap(
+                self.density.prior_draws(rng, int(from_prior.sum())), self.around)
         return x
 
     def logpdf(self, x: np.ndarray, log_prior: np.ndarray) -> np.ndarray:
@@ -216,10 +225,12 @@ class _BirthDeathMove(NamedTuple):
         return new, self.densities[j](new), log_t
 
 
-def _make_step(densities, between, Q, hmc, counts: _MoveCounts):
+def _make_step(densities, between, Q, hmc, counts: _MoveCounts, arounds):
     """The CMC sampling step over models: eq. 2.2, with ``between(rng, i, j, X, log_prior) ->
     (X*, density values at X*, log T ratio)`` proposing the jumps from model i to model j
-    (q_ij apart)."""
+    (q_ij apart). With circular variables model i's target is its posterior in the period
+    centred on ``arounds[i]`` (its evidence counts one period): jumps that land outside it are
+    refused, and HMC moves, under which the density repeats every period, are moved back in."""
     m = len(densities)
     log_Q = np.log(np.where(Q > 0, Q, 1.0))
     cum_Q = np.cumsum(Q, axis=1)
@@ -241,6 +252,7 @@ def _make_step(densities, between, Q, hmc, counts: _MoveCounts):
                 sub, info = kernels.hmc_step(rng, sub, densities[i], 1.0, step_size * jitter, metric, n_leapfrog)
                 if pairs:
                     sub, _ = scale_step(rng, sub, densities[i], 1.0, pairs, widths)
+                sub = sub._replace(position=densities[i].wrap(sub.position, arounds[i]))
                 states[i] = _set_rows(states[i], rows, sub)
                 counts.within_accept[i] += float(np.sum(info.acceptance_rate))
                 counts.within_moves[i] += rows.size
@@ -258,7 +270,8 @@ def _make_step(densities, between, Q, hmc, counts: _MoveCounts):
                     - old.log_prior[rows] - old.log_likelihood[rows]
                     + log_Q[j, i] - log_Q[i, j] + log_t
                 )
-                log_alpha = np.where(np.isfinite(log_alpha), log_alpha, -np.inf)
+                inside = densities[j].in_period(proposal, arounds[j])
+                log_alpha = np.where(np.isfinite(log_alpha) & inside, log_alpha, -np.inf)
                 accept = np.log(rng.uniform(size=rows.size)) < log_alpha
                 counts.proposed[i, j] += rows.size
                 counts.accepted[i, j] += accept.sum()
@@ -609,7 +622,7 @@ def _pilot_moves(rng, densities, pairs, layer, settings: dict):
               for d, p in zip(densities, pairs)]
     proposals = [
         DefensiveMixture(MultivariateT.fit(p.draws, nu=settings["proposal_nu"]), density,
-                         settings["prior_share"])
+                         settings["prior_share"], p.around)
         for p, density in zip(pilots, densities)
     ]
     if layer is None:
@@ -642,7 +655,7 @@ def _run(rng, densities, pilots, between, hmc, Q, settings: dict, progressbar: b
         rows = rng.integers(0, len(pilot.draws), size=R)
         states.append(kernels.init(density, pilot.draws[rows]))
     counts = _MoveCounts(np.zeros((m, m)), np.zeros((m, m)), np.zeros(m), np.zeros(m))
-    step = _make_step(densities, between, Q, hmc, counts)
+    step = _make_step(densities, between, Q, hmc, counts, [p.around for p in pilots])
     proposed, accepted = [], []
     bar = _Progress(progressbar, len(delta_schedule(settings["delta_1"], settings["delta_end"])))
 
@@ -728,11 +741,12 @@ def _anchor(rng, densities, proposals, n: int, log_p, log_p_se):
 
 
 def _importance_log_z(rng, density, proposal, n):
-    """log Ẑ by importance sampling from the fitted proposal, and its delta-method SE."""
+    """log Ẑ by importance sampling from the fitted proposal, and its delta-method SE (over the
+    period the proposal is centred on, with circular variables)."""
     x = proposal.draw(rng, n)
     values = density(x)
     log_w = values.log_prior + values.log_likelihood - proposal.logpdf(x, values.log_prior)
-    log_w = np.where(np.isnan(log_w), -np.inf, log_w)
+    log_w = np.where(np.isnan(log_w) | ~density.in_period(x, proposal.around), -np.inf, log_w)
     log_z = float(logsumexp(log_w) - np.log(n))
     relative = np.exp(log_w - log_z)
     se = float(np.std(relative, ddof=1) / np.sqrt(n))

@@ -468,6 +468,10 @@ def _distinct_modes(density, rng, framework, restarts, start, groups, noise, lay
     if n_start > len(candidates):
         warn(messages, f"{n_start - len(candidates)} of {n_start} starting points had a "
              "non-finite log density and were skipped", stacklevel=4)
+    if density.periodic.size:  # a mode found a period away is the same mode (its value moved)
+        best = max(candidates, key=lambda m: m.log_joint if np.isfinite(m.log_joint) else -np.inf)
+        for mode in candidates:
+            mode.x = density.wrap(mode.x, best.x)
     return _merge(density, layers, candidates, merge_distance), n_start, domain
 
 
@@ -703,7 +707,8 @@ def _importance_check(density, modes, weights, log_symmetry, n, rng,
     domain is the top mode's moved off any point a symmetry fixes (:func:`domain_anchor`), and
     the ESS is that of the draws in it (about n / |G_θ| of the top mode's). With
     a label-switching ``domain`` (:mod:`~pymc_evidence._label_switching`) the draws in it
-    count, the modes having been moved into it."""
+    count, the modes having been moved into it. With :attr:`~ModelDensity.periodic` columns
+    only the draws in the period centred on the top mode count."""
     weights = weights / weights.sum()
     if domain_layers:
         anchor = domain_anchor(modes[0].x)
@@ -717,11 +722,11 @@ def _importance_check(density, modes, weights, log_symmetry, n, rng,
     log_prior, log_likelihood = density.log_densities(X)
     log_w = log_prior + log_likelihood - logsumexp(log_q, axis=0)
     log_w = np.where(np.isnan(log_w), -np.inf, log_w)
-    counted = n
+    inside = density.in_period(X, modes[0].x)
     if domain_layers or domain is not None:
-        inside = (is_nearest_copy(density, domain_layers, anchor, X) if domain_layers
-                  else _label_switching.in_domain(density, domain, X))
-        log_w, counted = np.where(inside, log_w, -np.inf), int(inside.sum())
+        inside &= (is_nearest_copy(density, domain_layers, anchor, X) if domain_layers
+                   else _label_switching.in_domain(density, domain, X))
+    log_w, counted = np.where(inside, log_w, -np.inf), int(inside.sum())
     if not np.isfinite(log_w).any():
         return -np.inf, 0.0, counted
     ess = float(np.exp(2 * logsumexp(log_w) - logsumexp(2 * log_w)))
@@ -739,7 +744,9 @@ def _aligned(density, layers, anchor, mode: _Mode) -> _Mode:
 
 def _warn_on_misfit(messages, log_evidence, importance_log_evidence, ess, n, total) -> None:
     if abs(importance_log_evidence - log_evidence) > 1.0 or ess < 0.1 * n:
-        counted = f"{n} draws" if n == total else f"the {n} of {total} draws in one copy's domain"
+        counted = (f"{n} draws" if n == total
+                   else f"the {n} of {total} draws in the region integrated (one copy's domain "
+                        "or period)")
         warn(messages, f"the Laplace approximation does not fit this posterior: importance "
              f"sampling from its Gaussian(s) gives log Z = {importance_log_evidence:.3f} against "
              f"{log_evidence:.3f}, with an effective sample size of {ess:.0f} of {counted}. The "

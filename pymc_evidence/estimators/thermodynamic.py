@@ -253,7 +253,9 @@ def thermodynamic(
         times on the robot arm with two, about 2 hours beside the first round's hour on the
         robot arm with three; ``mode_search=False`` skips it.
         ``"auto"`` searches on MLPs, whose posteriors have many modes; elsewhere a
-        funnel-shaped posterior may have no mode to find. The outcome is in
+        funnel-shaped posterior may have no mode to find. Models with circular variables
+        (``pm.VonMises``) have no search: their density repeats every period, the reference's
+        Gaussian does not. The outcome is in
         ``best_log_joint_from_prior`` and ``best_log_joint_from_particles``, its time in
         ``timing["mode_search"]``.
     checkpoint : str or path, optional
@@ -372,7 +374,7 @@ def thermodynamic(
     start = time.perf_counter()
     density = get_density(model, backend=backend)
     layers = resolve_layers(mlp_layers, model, density)
-    prior_starts = _mode_search_starts(mode_search, layers)
+    prior_starts = _mode_search_starts(mode_search, layers, density)
     if prior_starts:
         # compiled before sampling, so that a model without one fails before any work
         with np.errstate(all="ignore"):
@@ -453,13 +455,21 @@ def _validate_mode_search(mode_search) -> None:
     integer("mode_search", mode_search, 1, why=" (prior draws to start optimisations from)")
 
 
-def _mode_search_starts(mode_search, layers) -> int:
+def _mode_search_starts(mode_search, layers, density) -> int:
     """Prior draws the mode search starts from (0: no search)."""
     if isinstance(mode_search, str):
-        return MODE_SEARCH_PRIOR_STARTS if layers else 0
-    if isinstance(mode_search, bool):
-        return MODE_SEARCH_PRIOR_STARTS if mode_search else 0
-    return int(mode_search)
+        return MODE_SEARCH_PRIOR_STARTS if layers and not density.periodic.size else 0
+    starts = (MODE_SEARCH_PRIOR_STARTS if mode_search else 0) if isinstance(mode_search, bool) \
+        else int(mode_search)
+    if starts and density.periodic.size:
+        # Its reference is a Gaussian over the unconstrained space, where a circular
+        # variable's density repeats without end.
+        raise ValueError(
+            "mode_search is not available for models with circular variables (e.g. "
+            "pm.VonMises): tempering from a Gaussian at the mode would integrate over every "
+            "period. Pass mode_search=False."
+        )
+    return starts
 
 
 def _round_settings(settings, density, layers, scale_pairs=()) -> dict:
