@@ -73,8 +73,8 @@ def _rv_label(rv) -> str:
 def validate_model(model, *, require_gradient: bool = True) -> None:
     """Raise a clear error if ``model`` cannot have a proper evidence estimated.
 
-    Cheap structural checks, run before anything is compiled: improper priors, discrete free
-    variables (when gradients are needed), minibatch scaling (``total_size``, ``pm.Minibatch``),
+    Cheap structural checks, run before anything is compiled: improper priors, point masses
+    (``DiracDelta``), discrete free variables (when gradients are needed), minibatch scaling (``total_size``, ``pm.Minibatch``),
     ordered priors that cannot be normalised and a missing likelihood.
     """
     if not isinstance(model, model_types()):
@@ -94,6 +94,12 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
                 f"free variable {rv.name!r} has an improper prior ({_rv_label(rv)}): the evidence "
                 "is undefined for improper priors. Give it a proper distribution, e.g. "
                 f"pm.Normal({rv.name!r}, 0, 10) or pm.HalfNormal({rv.name!r}, 10)."
+            )
+        if rv.owner.op.name == "diracdelta":
+            raise ValueError(
+                f"free variable {rv.name!r} is a DiracDelta: a constant, whose prior is a point "
+                "mass that no estimator here can integrate over (their parameters are "
+                "continuous). Use the constant itself, or pm.Deterministic to record it."
             )
         if require_gradient and rv.type.dtype.startswith(("int", "uint", "bool")):
             raise ValueError(
@@ -302,7 +308,10 @@ class ModelDensity:
         without renormalising it: the log density is then no normalised prior, and the evidence
         is off by the log of the prior mass inside the range — a mass that depends on the
         parents in a hierarchy, so no constant fixes it. Prior draws outside the range map to
-        NaN in the unconstrained space, which is how they are found here.
+        NaN in the unconstrained space, which is how they are found here; a draw with an
+        infinite value besides lies on the support's boundary in floating point (a Dirichlet
+        weight that underflowed to 0 gives ±inf, and NaN where two did), which is no fault of
+        the transform (:func:`check_prior_draws` reports those).
         """
         reseed_rngs(self._draw_rngs, 0)
         blocks = [[] for _ in self.free_names]
@@ -311,7 +320,8 @@ class ModelDensity:
                     for rv in self.model.free_RVs]
         for _ in range(draws):
             for block, value, wraps in zip(blocks, self._draw_fn(), circular):
-                block.append(np.isnan(value).any() or (wraps and np.any(np.abs(value) > np.pi)))
+                outside = np.isnan(value).any() and not np.isinf(value).any()
+                block.append(outside or (wraps and np.any(np.abs(value) > np.pi)))
         for rv, block in zip(self.model.free_RVs, blocks):
             outside = int(np.sum(block))
             transform = self.model.rvs_to_transforms.get(rv)
@@ -680,6 +690,19 @@ def check_prior_draws(density, X, log_prior, log_likelihood, *, zero_likelihood:
     if bad_prior.any() or bad_lik.any():
         which = "log prior" if bad_prior.any() else "log likelihood"
         bad = bad_prior | bad_lik
+        edge = bad & ~np.isfinite(X).all(axis=1)
+        if edge.any():
+            culprits = [name for name, values in zip(density.free_names,
+                                                     density.split(X[edge]).values())
+                        if not np.isfinite(values).all()]
+            raise ValueError(
+                f"{int(edge.sum())} of {len(edge)} exact prior draws of {culprits} lie on the "
+                "boundary of the support in floating point: their unconstrained values are "
+                "infinite, so no sampler can start from them. The "
+                "prior puts mass closer to the boundary than float64 resolves (e.g. a "
+                "Dirichlet or stick-breaking concentration far below 1 draws weights that "
+                "underflow to 0). Give it a larger concentration, or a lower bound on it."
+            )
         raise ValueError(
             f"the {which} is not finite at {int(bad.sum())} of {len(bad)} exact prior draws, "
             f"e.g. at {example(bad)}. Check the data for NaN and the model's parameterisation "

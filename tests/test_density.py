@@ -497,6 +497,33 @@ def test_transform_whose_range_covers_the_prior_is_accepted():
     assert np.all((x > 0) & (x < 1))
 
 
+def test_prior_draws_on_the_support_boundary_are_told_apart_from_a_narrow_transform():
+    """Dirichlet(0.02): NumPy's draws put weights at exactly 0 (about one in ten here), whose
+    log-ratios are infinite. That is no transform missing prior mass (it was refused as one);
+    the samplers that start from such draws say what is wrong and laplace skips them (and
+    warns that its Gaussians miss a prior density that is unbounded at the boundary)."""
+    import pymc_evidence as pm_evidence
+    from pymc_evidence.density import check_prior_draws
+    from pymc_evidence.results import EvidenceWarning
+
+    with pm.Model() as model:
+        pm.Dirichlet("w", a=np.full(4, 0.02))
+        pm.Normal("y", 0.0, 1.0, observed=[0.3])
+    density = ModelDensity(model)
+    X = density.prior_draws(np.random.default_rng(0), 200)
+    assert not np.isfinite(X).all()
+    with pytest.raises(ValueError, match=r"prior draws of \['w'\] lie on the boundary"):
+        check_prior_draws(density, X, *density.log_densities(X))
+    with pytest.warns(EvidenceWarning, match="does not fit this posterior"):
+        pm_evidence.laplace(model, random_seed=0, progressbar=False)
+
+
+def test_point_mass_prior_is_refused_before_compiling():
+    """A free DiracDelta has no density to integrate: laplace gave a number and warnings."""
+    with pytest.raises(ValueError, match="'a' is a DiracDelta"):
+        validate_model(_with_likelihood(lambda: pm.DiracDelta("a", 0.5)))
+
+
 @pytest.mark.parametrize("eta", [1.0, 2.0])
 def test_lkj_prior_density_integrates_to_one(eta):
     """PyMC 5's LKJ normalising constant has its sign reversed (its density integrates to

@@ -508,6 +508,8 @@ def _one_run(density, seed, settings, key, progressbar, current, save,
         rng.bit_generator.state = rng_state
     else:
         live = density.prior_draws(rng, settings["n_live"])
+        if not np.isfinite(live).all():  # a draw on the support's boundary: say which
+            check_prior_draws(density, live, *density.log_densities(live), zero_likelihood=False)
     canonicalise = _canonical_copy(density, settings["mlp_layers"])
     bar = progress_bar(progressbar, desc=desc, unit=" steps")
     last_save = time.perf_counter()
