@@ -101,6 +101,17 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
                 "mass that no estimator here can integrate over (their parameters are "
                 "continuous). Use the constant itself, or pm.Deterministic to record it."
             )
+        point_mass = _point_masses(rv)
+        if point_mass:
+            raise ValueError(
+                f"free variable {rv.name!r} ({_rv_label(rv)}) puts probability on single points "
+                f"({point_mass}): its prior is partly discrete, and the estimators here integrate "
+                "a density over continuous parameters, which misses those masses (a latent "
+                "censored normal came out 0.7 nats low, a hurdle gamma 0.2 high). Write the "
+                "variable as a continuous one and its transformation (a censored x is "
+                "pm.Deterministic('x', pt.clip(z, lower, upper)) of a latent z), or sum the "
+                "likelihood over the point masses in a pm.Potential."
+            )
         if require_gradient and rv.type.dtype.startswith(("int", "uint", "bool")):
             raise ValueError(
                 f"free variable {rv.name!r} is discrete ({_rv_label(rv)}, dtype {rv.type.dtype}); "
@@ -504,6 +515,25 @@ def _unconstrained(model) -> list:
 #: sorted values sorted.
 _INCREASING = (transforms.LogTransform, transforms.IntervalTransform, transforms.LogOddsTransform,
                transforms.LogExpM1)
+
+
+def _point_masses(rv) -> str:
+    """Where a continuous free variable's prior has point masses ('' if nowhere): a censored
+    distribution at a bound that is not infinite, a mixture (or hurdle) with a DiracDelta
+    component."""
+    op, inputs = rv.owner.op, rv.owner.inputs
+    if type(op).__name__ == "CensoredRV":
+        for bound in inputs[1:3]:
+            try:
+                if np.isinf(get_underlying_scalar_constant_value(bound)):
+                    continue
+            except NotScalarConstantError:
+                pass
+            return "a censored distribution, at its bounds"
+    if any(i.owner is not None and getattr(i.owner.op, "name", None) == "diracdelta"
+           for i in inputs):
+        return "a mixture with a DiracDelta component, at its value"
+    return ""
 
 
 def _ordered_transform(model, rv):

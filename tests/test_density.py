@@ -524,6 +524,29 @@ def test_point_mass_prior_is_refused_before_compiling():
         validate_model(_with_likelihood(lambda: pm.DiracDelta("a", 0.5)))
 
 
+PARTLY_DISCRETE = {
+    # against exact evidences of y = (0.9, 1.4, 1.1) ~ N(x, 0.5²): chaining gave -3.23 ± 0.04
+    # for -2.50 and -2.18 ± 0.04 for -2.36
+    "censored": lambda: pm.Censored("a", pm.Normal.dist(0.0, 1.0), lower=-1.0, upper=1.0),
+    "hurdle": lambda: pm.HurdleGamma("a", psi=0.7, alpha=2.0, beta=2.0),
+    "mixture with a point": lambda: pm.Mixture(
+        "a", w=[0.5, 0.5], comp_dists=[pm.Normal.dist(0.0, 1.0), pm.DiracDelta.dist(0.0)]),
+}
+
+
+@pytest.mark.parametrize("case", list(PARTLY_DISCRETE))
+def test_priors_with_point_masses_are_refused_before_compiling(case):
+    with pytest.raises(ValueError, match="'a' .* puts probability on single points"):
+        validate_model(_with_likelihood(PARTLY_DISCRETE[case]))
+
+
+def test_continuous_mixtures_and_unbounded_censoring_are_accepted():
+    validate_model(_with_likelihood(lambda: pm.Mixture(
+        "a", w=[0.5, 0.5], comp_dists=[pm.Normal.dist(0.0, 1.0), pm.Normal.dist(1.0, 1.0)])))
+    validate_model(_with_likelihood(
+        lambda: pm.Censored("a", pm.Normal.dist(0.0, 1.0), lower=None, upper=None)))
+
+
 @pytest.mark.parametrize("eta", [1.0, 2.0])
 def test_lkj_prior_density_integrates_to_one(eta):
     """PyMC 5's LKJ normalising constant has its sign reversed (its density integrates to
