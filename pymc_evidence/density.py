@@ -391,7 +391,8 @@ class ModelDensity:
     # ----------------------------------------------------------------- evaluation
     def __call__(self, X: np.ndarray) -> DensityValues:
         """Log prior, log likelihood and gradients at the rows of ``X`` (K×d)."""
-        return DensityValues(*self._in_chunks(self._fn, X))
+        log_prior, *rest = self._in_chunks(self._fn, X)
+        return DensityValues(_overflowed_to_zero(log_prior), *rest)
 
     def log_densities(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Log prior and log likelihood at the rows of ``X`` (K×d), without the gradients:
@@ -402,7 +403,7 @@ class ModelDensity:
                 outputs = _vectorised_activations(outputs)
             self._values_fn = compile_pymc([self._X], outputs, mode=self.mode)
         log_prior, log_likelihood = self._in_chunks(self._values_fn, X)
-        return log_prior, log_likelihood
+        return _overflowed_to_zero(log_prior), log_likelihood
 
     def _in_chunks(self, fn, X) -> list[np.ndarray]:
         """``fn``'s outputs at the rows of ``X``, evaluated ``chunk_rows`` rows at a time."""
@@ -589,6 +590,15 @@ def _ordered_transform(model, rv):
             f"prior's normalising constant is then unknown. {fix}"
         )
     return chain[-1]
+
+
+def _overflowed_to_zero(log_prior: np.ndarray) -> np.ndarray:
+    """A log prior of +inf as −inf. A proper prior's density (with the Jacobian) is +inf only
+    where PyMC's arithmetic overflows far out in the unconstrained space, where the true
+    value is hugely negative (``pm.LKJCholeskyCov`` with a standard deviation beyond 2·10⁸:
+    its log density is −2·10¹⁵ at 6·10⁷), or at single points, which no integral sees. Left
+    +inf, such a point is accepted by any Metropolis move that proposes it and holds there."""
+    return np.where(np.isposinf(log_prior), -np.inf, log_prior)
 
 
 def _is_circular(transform) -> bool:

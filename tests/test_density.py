@@ -590,6 +590,48 @@ def test_sparse_car_adjacency_is_refused_with_the_fix():
         ModelDensity(model)
 
 
+NORMALISED_PRIORS = {
+    "CAR": lambda: pm.CAR("x", mu=np.zeros(4), W=CAR_W, alpha=0.6, tau=1.5),
+    "ZeroSumNormal": lambda: pm.ZeroSumNormal("x", sigma=1.3, shape=3),
+    "StickBreakingWeights": lambda: pm.StickBreakingWeights("x", alpha=1.7, K=2),
+    "KroneckerNormal": lambda: pm.KroneckerNormal(
+        "x", mu=np.zeros(4), covs=[np.array([[1, 0.3], [0.3, 1]]), np.array([[2, 0.5], [0.5, 1]])]),
+    "MvStudentT": lambda: pm.MvStudentT(
+        "x", nu=5, mu=np.zeros(2), scale=np.array([[1, 0.3], [0.3, 2]])),
+    "AR": lambda: pm.AR("x", rho=[0.5], sigma=1.0, init_dist=pm.Normal.dist(0, 1), steps=3),
+}
+
+
+@pytest.mark.parametrize("case", list(NORMALISED_PRIORS))
+def test_multivariate_prior_densities_integrate_to_one(case):
+    """Laplace, bridge and cmc use the prior density's value: ∫ p(θ) dθ over the unconstrained
+    space, by importance sampling from a t fitted to prior draws, is 1 (CAR's was 11)."""
+    from scipy.special import logsumexp
+    from scipy.stats import multivariate_t
+
+    density = ModelDensity(_with_likelihood(lambda: NORMALISED_PRIORS[case]().sum()))
+    draws = density.prior_draws(np.random.default_rng(0), 2000)
+    proposal = multivariate_t(draws.mean(axis=0), 1.5 * np.cov(draws, rowvar=False), df=4)
+    X = proposal.rvs(50_000, random_state=1).reshape(-1, density.dim)
+    log_w = density.log_densities(X)[0] - proposal.logpdf(X)
+    ess = np.exp(2 * logsumexp(log_w) - logsumexp(2 * log_w))
+    assert ess > 5000
+    assert abs(logsumexp(log_w) - np.log(len(X))) < 5 / np.sqrt(ess) + 0.01
+
+
+def test_log_prior_overflow_far_out_is_no_infinite_density():
+    """PyMC's LKJCholeskyCov log density overflows to +inf beyond a standard deviation of about
+    2·10⁸; a sampler proposing such a point would accept it and stay."""
+    with pm.Model() as model:
+        pm.LKJCholeskyCov("chol", n=2, eta=2.0, sd_dist=pm.HalfNormal.dist(1.0))
+        pm.Normal("y", 0.0, 1.0, observed=[0.3])
+    density = ModelDensity(model)
+    X = np.array([[24.7, -2.46, -5.5], [0.1, 0.2, -0.3]])
+    log_prior = density(X).log_prior
+    assert log_prior[0] == -np.inf and np.isfinite(log_prior[1])
+    assert density.log_densities(X)[0][0] == -np.inf
+
+
 @pytest.mark.parametrize("eta", [1.0, 2.0])
 def test_lkj_prior_density_integrates_to_one(eta):
     """PyMC 5's LKJ normalising constant has its sign reversed (its density integrates to
