@@ -75,8 +75,10 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
     """Raise a clear error if ``model`` cannot have a proper evidence estimated.
 
     Cheap structural checks, run before anything is compiled: improper priors, point masses
-    (``DiracDelta``), discrete free variables (when gradients are needed), minibatch scaling (``total_size``, ``pm.Minibatch``),
-    ordered priors that cannot be normalised and a missing likelihood.
+    (``DiracDelta``, censored or hurdle latents), discrete free variables (when gradients are
+    needed), simulators and minibatch scaling (``total_size``, ``pm.Minibatch``) as
+    likelihoods, ordered priors that cannot be normalised, circular transforms chained with
+    others and a missing likelihood.
     """
     if not isinstance(model, model_types()):
         raise TypeError(f"expected a pymc.Model, got {type(model).__name__}")
@@ -121,6 +123,13 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
                 "pm.Potential) and estimate the evidence of the marginalised model."
             )
     for rv in model.observed_RVs:  # PyMC allows total_size on observed variables only
+        if any(cls.__name__ == "SimulatorRV" for cls in type(rv.owner.op).__mro__):
+            raise ValueError(
+                f"observed variable {rv.name!r} is a pm.Simulator: its log density is an ABC "
+                "kernel (a distance between simulated and observed summaries, scaled by "
+                "epsilon), not a likelihood, so the model has no evidence p(D | M) to estimate. "
+                "Write the likelihood with a distribution, or a pm.Potential of its log density."
+            )
         if isinstance(rv.owner.op, MinibatchRandomVariable):
             raise ValueError(
                 f"variable {rv.name!r} was given total_size: PyMC rescales its log density as if "

@@ -518,6 +518,18 @@ def test_prior_draws_on_the_support_boundary_are_told_apart_from_a_narrow_transf
         pm_evidence.laplace(model, random_seed=0, progressbar=False)
 
 
+def test_simulator_likelihood_is_refused_before_compiling():
+    """An ABC kernel is no likelihood: the estimators failed with PyTensor's errors."""
+    def simulate(rng, a, size=None):
+        return rng.normal(a, 1.0, size=size)
+
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, 5.0)
+        pm.Simulator("s", simulate, params=(a,), epsilon=1.0, observed=np.zeros(5))
+    with pytest.raises(ValueError, match="'s' is a pm.Simulator"):
+        validate_model(model)
+
+
 def test_point_mass_prior_is_refused_before_compiling():
     """A free DiracDelta has no density to integrate: laplace gave a number and warnings."""
     with pytest.raises(ValueError, match="'a' is a DiracDelta"):
