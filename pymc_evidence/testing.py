@@ -415,9 +415,9 @@ def von_mises(y=None, kappa=None, prior_kappa=0.3, kappa_shape=2.0, kappa_rate=1
     unconstrained value PyMC wraps onto (−π, π], so that the log density repeats every 2π.
 
     With S = Σ_j exp(i y_j), the mean integrates out in closed form,
-    ∫ exp(κ Re(S e^{−iμ}) + κ₀ cos μ) dμ = 2π I₀(|κ S + κ₀|), so
+    ∫ exp(κ Re(S e^{−iμ}) + κ₀ cos μ) dμ = 2π I₀(abs(κ S + κ₀)), so
 
-        log Z(κ) = log I₀(|κ S + κ₀|) − n log(2π I₀(κ)) − log I₀(κ₀);
+        log Z(κ) = log I₀(abs(κ S + κ₀)) − n log(2π I₀(κ)) − log I₀(κ₀);
 
     with ``kappa=None`` the concentration is unknown too, κ ~ Gamma(``kappa_shape``,
     ``kappa_rate``), and log Z = log ∫ Gamma(κ) Z(κ) dκ by ``scipy.integrate.quad`` (relative
