@@ -372,10 +372,10 @@ class ModelDensity:
         # not renormalise an ordered prior), PyMC 5's LKJ normalising constant, CAR's constant.
         log_normaliser = _ordered_log_normaliser(model, self._point) - _lkj_excess(model)
         varlogp = model.varlogp + log_normaliser if log_normaliser else model.varlogp
-        shapes = {rv: np.shape(self._point[model.rvs_to_values[rv].name]) for rv in model.free_RVs}
-        shapes.update({rv: np.shape(_observed(model, rv)) for rv in model.observed_RVs})
-        varlogp = varlogp + _car_log_normaliser(model.free_RVs, shapes)
-        datalogp = model.datalogp + _car_log_normaliser(model.observed_RVs, shapes)
+        varlogp = varlogp + _car_log_normaliser(
+            model.free_RVs, lambda rv: np.shape(self._point[model.rvs_to_values[rv].name]))
+        datalogp = model.datalogp + _car_log_normaliser(
+            model.observed_RVs, lambda rv: np.shape(_observed(model, rv)))
         [log_prior, log_lik], x = join_nonshared_inputs(
             self._point, [varlogp, datalogp], self.value_vars
         )
@@ -631,10 +631,9 @@ def _check_circular(model, rv) -> None:
 def _periodic_columns(model, value_vars, sizes) -> np.ndarray:
     """Flat columns of the value variables whose transform is circular (see
     :attr:`ModelDensity.periodic`)."""
-    rvs = {value: rv for rv, value in model.rvs_to_values.items()}
     columns, start = [], 0
     for value, size in zip(value_vars, sizes):
-        if _is_circular(model.rvs_to_transforms.get(rvs[value])):
+        if _is_circular(model.rvs_to_transforms.get(model.values_to_rvs[value])):
             columns.extend(range(start, start + size))
         start += size
     return np.array(columns, dtype=int)
@@ -680,9 +679,9 @@ def _lkj_excess(model) -> float:
     return total
 
 
-def _car_log_normaliser(rvs, shapes: dict):
+def _car_log_normaliser(rvs, shape_of):
     """The part of the CAR log density that PyMC leaves out, summed over the ``pm.CAR``
-    variables among ``rvs`` (0 if none): PyMC's ``CAR.logp`` "differs from the true CAR log
+    variables among ``rvs`` (0 if none; ``shape_of(rv)`` gives a variable's value shape): PyMC's ``CAR.logp`` "differs from the true CAR log
     density by an additive constant", −(d/2) log 2π + ½ Σ_i log D_i per vector of d areas (D
     the row sums of the adjacency W; the rest of log N(μ, (τ(D − αW))⁻¹) is there). Without it
     a CAR model's evidence was 2.41 nats high on a path of three areas, and more on a map.
@@ -696,7 +695,7 @@ def _car_log_normaliser(rvs, shapes: dict):
                    if isinstance(W, pytensor.sparse.variable.SparseVariable) else W.sum(axis=-1))
         per_vector = (0.5 * pt.log(degrees).sum(axis=-1)
                       - 0.5 * np.log(2 * np.pi) * degrees.shape[-1])
-        total = total + pt.broadcast_to(per_vector, shapes[rv][:-1]).sum()
+        total = total + pt.broadcast_to(per_vector, shape_of(rv)[:-1]).sum()
     return total
 
 

@@ -32,9 +32,10 @@ def test_density_periods(unknown_concentration):
     density = get_density(model)
     column = next(i for i, name in enumerate(density.names) if name.startswith("mu"))
     assert density.periodic.tolist() == [column]
-    X = np.array([[7.0, 0.3], [-4.0, 0.3], [0.5, 0.3]])
-    X[:, 1 - column] = 0.3
-    around = np.array([3.0, 0.0])
+    X = np.full((3, 2), 0.3)  # κ's log in the other column
+    X[:, column] = [7.0, -4.0, 0.5]
+    around = np.zeros(2)
+    around[column] = 3.0
     wrapped = density.wrap(X, around)
     assert np.allclose(wrapped[:, column], [7.0 - 2 * np.pi, 2 * np.pi - 4.0, 0.5])
     assert np.array_equal(wrapped[:, 1 - column], X[:, 1 - column])

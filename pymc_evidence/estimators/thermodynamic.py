@@ -459,8 +459,10 @@ def _mode_search_starts(mode_search, layers, density) -> int:
     """Prior draws the mode search starts from (0: no search)."""
     if isinstance(mode_search, str):
         return MODE_SEARCH_PRIOR_STARTS if layers and not density.periodic.size else 0
-    starts = (MODE_SEARCH_PRIOR_STARTS if mode_search else 0) if isinstance(mode_search, bool) \
-        else int(mode_search)
+    if isinstance(mode_search, bool):
+        starts = MODE_SEARCH_PRIOR_STARTS if mode_search else 0
+    else:
+        starts = int(mode_search)
     if starts and density.periodic.size:
         # Its reference is a Gaussian over the unconstrained space, where a circular
         # variable's density repeats without end.
