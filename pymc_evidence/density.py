@@ -78,7 +78,7 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
     (``DiracDelta``, censored or hurdle latents), discrete free variables (when gradients are
     needed), simulators and minibatch scaling (``total_size``, ``pm.Minibatch``) as
     likelihoods, ordered priors that cannot be normalised, circular transforms chained with
-    others and a missing likelihood.
+    others, lower-dimensional supports without their transform and a missing likelihood.
     """
     if not isinstance(model, model_types()):
         raise TypeError(f"expected a pymc.Model, got {type(model).__name__}")
@@ -146,6 +146,7 @@ def validate_model(model, *, require_gradient: bool = True) -> None:
     for rv in model.free_RVs:
         _ordered_transform(model, rv)  # raises for an ordered prior it cannot normalise
         _check_circular(model, rv)
+        _check_subspace_support(model, rv)
     if not model.observed_RVs and not model.potentials:
         raise ValueError(
             f"model {model.name or '(unnamed)'!r} has no likelihood term (no observed variable "
@@ -626,6 +627,30 @@ def _check_circular(model, rv) -> None:
             "longer covers its support once per period. Pass default_transform=None with "
             "transform=circular, or drop transform=."
         )
+
+
+# Default transforms from fewer unconstrained dimensions onto a support of lower dimension than
+# the value's array: the simplex, the zero-sum subspace, PyMC 6's correlation matrices.
+_SUBSPACE_TRANSFORMS = ("SimplexTransform", "ZeroSumTransform", "CholeskyCorrTransform")
+
+
+def _check_subspace_support(model, rv) -> None:
+    """Refuse a variable on a lower-dimensional support whose transform onto it was dropped
+    (``default_transform=None``): its log density is one on that support, not over the value's
+    array, so integrating over the array has no meaning (a ZeroSumNormal came out 0.2 nats high
+    from laplace, and the samplers failed or diverged)."""
+    default = transforms._default_transform(rv.owner.op, rv)
+    if type(default).__name__ not in _SUBSPACE_TRANSFORMS:
+        return
+    if any(type(t) is type(default) for t in _flat_chain(model.rvs_to_transforms.get(rv))):
+        return
+    raise ValueError(
+        f"free variable {rv.name!r} ({_rv_label(rv)}) lies on a support of lower dimension "
+        f"than its value (PyMC's {type(default).__name__} maps onto it), and that transform "
+        "was dropped (default_transform=None): its log density is then a density on the "
+        "support evaluated over the whole array, which no estimator can integrate. Keep the "
+        "default transform (drop default_transform=None)."
+    )
 
 
 def _periodic_columns(model, value_vars, sizes) -> np.ndarray:
