@@ -367,8 +367,11 @@ class CMCResult(EvidenceResult):
     anchor, anchor_se : float
         The offset that lifts log p̂_i to log evidences (the inverse-variance weighted mean over
         models of importance-sampling log Ẑ_i − log p̂_i; 0 without anchor draws), and its SE.
-        ``se`` combines the anchor's SE with that of log p̂_i; differences between the models
-        of one run (:meth:`difference_se`) carry neither the anchor nor its error.
+        ``se`` is the SE of log p̂_i + anchor, whose errors are correlated (the anchor holds
+        log p̂_j of the models that fix it); differences between the models of one run
+        (:meth:`difference_se`) carry neither the anchor nor its error.
+    anchor_weight : float
+        This model's weight in the anchor (0 without anchor draws).
     replica_probability : tuple of float
         The model's probability ĝ_i / Σ_j ĝ_j in each replica of the run.
     importance_log_evidence, importance_se : float
@@ -390,6 +393,7 @@ class CMCResult(EvidenceResult):
     within_acceptance: float = np.nan
     anchor: float = 0.0
     anchor_se: float = np.nan
+    anchor_weight: float = 0.0
     importance_log_evidence: float = np.nan
     importance_se: float = np.nan
     n_iterations: int = 0

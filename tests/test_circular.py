@@ -83,6 +83,19 @@ def test_cmc():
                               random_seed=SEED, progressbar=False)
     within(results["free"], exact_free)
     within(results["fixed"], exact_fixed)
+    # The level (the anchor) comes mostly from the fixed model's importance draws (about four
+    # times as precise as the free model's), so the free model's error holds its ratio to the
+    # fixed one: adding SE(log p̂) and the anchor's SE as if independent made its errors over
+    # ten seeds spread 1.6 times the reported SE. With two models the error of log p̂_i +
+    # anchor is w_j (δ log p̂_i − δ log p̂_j) + Σ_k w_k δ log Ẑ_k.
+    for name, other in (("free", "fixed"), ("fixed", "free")):
+        res, ref = results[name], results[other]
+        importance = np.hypot(res.anchor_weight * res.importance_se,
+                              ref.anchor_weight * ref.importance_se)
+        assert res.anchor_weight + ref.anchor_weight == pytest.approx(1.0)
+        assert res.se == pytest.approx(np.hypot(ref.anchor_weight * res.difference_se(ref),
+                                                importance), rel=1e-6)
+    assert results["fixed"].anchor_weight > 0.5
 
 
 def test_thermodynamic_mode_search_is_refused(unknown_concentration):

@@ -424,14 +424,16 @@ def cmc(
     dict of {str: CMCResult}
         One result per model, in the given order, ready for ``compare``'s table.
         ``log_evidence`` = log p̂_i + anchor, where p̂_i is the mean over replicas of
-        ĝ_i / Σ_j ĝ_j; ``se`` combines the SE of log p̂_i (from the spread between replicas)
-        with the anchor's (``anchor_se``). Ratios between the models are free of the anchor:
-        their SEs (``difference_se``, used by ``compare``) come from the replicas. The other
+        ĝ_i / Σ_j ĝ_j; ``se`` is the SE of that sum: the replicas' spread of log p̂_i minus the
+        anchor's weighted log p̂_j (a ratio to the models that fix the level, whose
+        probabilities are tied to p̂_i by Σ_j p̂_j = 1) and the anchor's importance-sampling
+        error. Ratios between the models are free of the anchor: their SEs (``difference_se``,
+        used by ``compare``) come from the replicas. The other
         fields: ``probability`` and ``probability_se`` (posterior model probability, uniform
         model prior), ``replica_probability`` (per replica), ``log_g`` (normalised),
         ``frequency`` (visits in the last stage),
         ``between_acceptance``, ``within_acceptance``, ``anchor``, ``anchor_se``,
-        ``importance_log_evidence`` and ``importance_se`` (the importance-sampling check);
+        ``anchor_weight`` (this model's share in the anchor), ``importance_log_evidence`` and ``importance_se`` (the importance-sampling check);
         each model's result has its own copy of ``settings``; with ``mlp_layer``
         also ``hidden_units``, ``birth_acceptance`` and ``death_acceptance`` (of the moves out
         of this model; NaN for the largest / smallest model).
@@ -536,7 +538,7 @@ def cmc(
     return {
         name: CMCResult(
             log_evidence=float(summary.log_evidence[i]),
-            se=float(np.hypot(summary.log_p_se[i], np.nan_to_num(summary.anchor_se))),
+            se=float(summary.se[i]),
             model_name=name,
             diagnostics=_stage_diagnostics(run, i, layer),
             posterior=_pilot_posterior(densities[i], pilots[i]),
@@ -684,8 +686,10 @@ class _Summary(NamedTuple):
     probability_se: np.ndarray
     log_p: np.ndarray  # log p̂_i
     log_p_se: np.ndarray  # its SE, from the spread between replicas
+    se: np.ndarray  # the SE of log p̂_i + anchor
     anchor: float  # log evidence = log p̂_i + anchor
     anchor_se: float
+    anchor_weights: np.ndarray  # each model's share in the anchor
     is_log_z: np.ndarray  # importance-sampling log evidences (NaN without anchor draws)
     is_se: np.ndarray
     log_evidence: np.ndarray
@@ -703,13 +707,14 @@ def _summarise(rng, run: _Run, densities, proposals, anchor_draws: int) -> _Summ
     p_se = probs.std(axis=0, ddof=1) / np.sqrt(R)
     log_p = np.log(p_mean)
     log_p_se = p_se / p_mean
-    anchor, anchor_se, is_log_z, is_se = _anchor(
+    anchor, weights, is_log_z, is_se = _anchor(
         rng, densities, proposals, anchor_draws, log_p, log_p_se
     )
+    se, anchor_se = _level_se(probs / p_mean, weights, is_se)
     last = run.core.counts[-1]
     proposed, accepted = run.counts.proposed, run.counts.accepted
     return _Summary(
-        p_mean, p_se, log_p, log_p_se, anchor, anchor_se, is_log_z, is_se,
+        p_mean, p_se, log_p, log_p_se, se, anchor, anchor_se, weights, is_log_z, is_se,
         log_evidence=log_p + anchor,
         frequency=last / last.sum(axis=1, keepdims=True),
         between_acceptance=accepted.sum(axis=1) / np.maximum(proposed.sum(axis=1), 1),
@@ -721,11 +726,12 @@ def _anchor(rng, densities, proposals, n: int, log_p, log_p_se):
     """The level of the log evidences, which CMC's ratios leave open.
 
     Importance sampling (n draws from each model's proposal) estimates every log Z_i; the
-    anchor is the inverse-variance weighted mean of log Ẑ_i − log p̂_i. Returns the anchor, its
-    SE, and each log Ẑ_i with its SE; without draws (n = 0) the anchor is 0 and the rest NaN.
+    anchor is the inverse-variance weighted mean of log Ẑ_i − log p̂_i. Returns the anchor, the
+    weights, and each log Ẑ_i with its SE; without draws (n = 0) the anchor and the weights
+    are 0 and the rest NaN.
     """
     m = len(densities)
-    anchor, anchor_se = 0.0, np.nan
+    anchor, weights = 0.0, np.zeros(m)
     is_log_z, is_se = np.full(m, np.nan), np.full(m, np.nan)
     if n:
         for i, density in enumerate(densities):
@@ -734,10 +740,29 @@ def _anchor(rng, densities, proposals, n: int, log_p, log_p_se):
         var = is_se**2 + log_p_se**2
         ok = np.isfinite(offsets) & np.isfinite(var) & (var > 0)
         if ok.any():
-            weights = 1.0 / var[ok]
-            anchor = float(np.sum(weights * offsets[ok]) / weights.sum())
-            anchor_se = float(np.sqrt(1.0 / weights.sum()))
-    return anchor, anchor_se, is_log_z, is_se
+            weights[ok] = 1.0 / var[ok]
+            weights /= weights.sum()
+            anchor = float(np.sum(weights[ok] * offsets[ok]))
+    return anchor, weights, is_log_z, is_se
+
+
+def _level_se(relative, weights, is_se):
+    """SEs of every log p̂_i + anchor, and of the anchor (NaN without one).
+
+    With anchor = Σ_j w_j (log Ẑ_j − log p̂_j), the error of log p̂_i + anchor is
+    δ log p̂_i − Σ_j w_j δ log p̂_j + Σ_j w_j δ log Ẑ_j. The first part is a ratio to the models
+    that fix the level: log p̂_i and log p̂_j are far from independent (Σ_j p̂_j = 1, so with two
+    models their errors are opposite), and its SE comes from the replicas' spread, to first
+    order δ log p̂ = p_r / p̂ − 1 (``relative``, (R, m)). The importance-sampling errors are
+    independent of the replicas. Adding SE(log p̂_i) and the anchor's SE in quadrature instead
+    reported 0.63 of the error's spread for a model whose level came from another's draws.
+    """
+    R = relative.shape[0]
+    anchor_part = relative @ weights  # (R,)
+    is_var = float(np.sum(weights**2 * np.nan_to_num(is_se) ** 2))
+    se = np.sqrt((relative - anchor_part[:, None]).var(axis=0, ddof=1) / R + is_var)
+    anchor_se = float(np.sqrt(anchor_part.var(ddof=1) / R + is_var)) if weights.any() else np.nan
+    return se, anchor_se
 
 
 def _importance_log_z(rng, density, proposal, n):
@@ -777,7 +802,7 @@ def _run_warnings(summary: _Summary, run: _Run, layer, names: list) -> list[str]
              f"{reason}, so ĝ converges slowly.", stacklevel=4)
     if np.isfinite(summary.anchor_se):  # there was an anchor to check against
         resid = summary.is_log_z - summary.log_evidence
-        tol = 4 * np.sqrt(summary.is_se**2 + summary.log_p_se**2 + summary.anchor_se**2) + 0.05
+        tol = 4 * np.sqrt(summary.is_se**2 + summary.se**2) + 0.05
         bad = np.isfinite(resid) & (np.abs(resid) > tol) & (summary.probability > 1e-3)
         if bad.any():
             warn(messages, "the importance-sampling check disagrees with CMC's evidence ratios "
@@ -823,6 +848,7 @@ def _model_fields(summary: _Summary, run: _Run, i: int, hidden) -> dict:
         "between_acceptance": float(summary.between_acceptance[i]),
         "within_acceptance": float(summary.within_acceptance[i]),
         "anchor": summary.anchor, "anchor_se": summary.anchor_se,
+        "anchor_weight": float(summary.anchor_weights[i]),
         "importance_log_evidence": float(summary.is_log_z[i]),
         "importance_se": float(summary.is_se[i]),
         "n_iterations": int(run.core.stage_iterations.sum()),
