@@ -83,7 +83,7 @@ def run_case(models: dict, exact: dict, seed: int) -> list[dict]:
             "ratio_error": ratio_error if name != names[0] else np.nan,
             "ratio_se": first.difference_se(res) if name != names[0] else np.nan,
             "anchor_weight": res.anchor_weight, "seconds": seconds,
-            "warnings": len([w for w in caught if issubclass(w.category, pm_evidence.EvidenceWarning)]),
+            "warnings": sum(issubclass(w.category, pm_evidence.EvidenceWarning) for w in caught),
         })
     return rows
 
@@ -111,8 +111,8 @@ def write_report(fits: pd.DataFrame, command: str) -> None:
            "RMS z": "{:.2f}", "mean abs z": "{:.2f}", "within 2 SE": "{:.0%}",
            "anchor weight": "{:.2f}", "ratio RMS z": "{:.2f}", "ratio within 2 SE": "{:.0%}",
            "seconds": "{:.0f}"}
-    lines = ["| " + " | ".join(table.columns) + " |",
-             "|" + "|".join("---" if c in ("case", "model") else "--:" for c in table.columns) + "|"]
+    aligns = ["---" if c in ("case", "model") else "--:" for c in table.columns]
+    lines = ["| " + " | ".join(table.columns) + " |", "|" + "|".join(aligns) + "|"]
     for _, r in table.iterrows():
         cells = [("" if pd.isna(r[c]) else fmt[c].format(r[c])) if c in fmt else str(r[c])
                  for c in table.columns]

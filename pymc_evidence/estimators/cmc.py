@@ -433,7 +433,8 @@ def cmc(
         model prior), ``replica_probability`` (per replica), ``log_g`` (normalised),
         ``frequency`` (visits in the last stage),
         ``between_acceptance``, ``within_acceptance``, ``anchor``, ``anchor_se``,
-        ``anchor_weight`` (this model's share in the anchor), ``importance_log_evidence`` and ``importance_se`` (the importance-sampling check);
+        ``anchor_weight`` (this model's share in the anchor), ``importance_log_evidence`` and
+        ``importance_se`` (the importance-sampling check);
         each model's result has its own copy of ``settings``; with ``mlp_layer``
         also ``hidden_units``, ``birth_acceptance`` and ``death_acceptance`` (of the moves out
         of this model; NaN for the largest / smallest model).
@@ -758,7 +759,8 @@ def _level_se(relative, weights, is_se):
     reported 0.63 of the error's spread for a model whose level came from another's draws.
     """
     R = relative.shape[0]
-    anchor_part = relative @ weights  # (R,)
+    used = weights > 0  # a model never visited (p̂ = 0) has no weight, and NaN here
+    anchor_part = relative[:, used] @ weights[used]  # (R,)
     is_var = float(np.sum(weights**2 * np.nan_to_num(is_se) ** 2))
     se = np.sqrt((relative - anchor_part[:, None]).var(axis=0, ddof=1) / R + is_var)
     anchor_se = float(np.sqrt(anchor_part.var(ddof=1) / R + is_var)) if weights.any() else np.nan
