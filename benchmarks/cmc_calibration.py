@@ -42,23 +42,26 @@ from pymc_evidence import testing
 OUTPUT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cmc_calibration.md"
 
 
+def _split(pairs: dict) -> tuple[dict, dict]:
+    """{name: (model, exact)} as ({name: model}, {name: exact})."""
+    return ({k: m for k, (m, _) in pairs.items()}, {k: z for k, (_, z) in pairs.items()})
+
+
 def _cases() -> dict:
     """Each case: a function returning ({name: model}, {name: exact log evidence})."""
 
     def units():
         x, y = testing.liang_data()
-        pairs = {f"h={h}": testing.unit_regression(h, x, y, name=f"h{h}") for h in (1, 2, 3)}
-        return ({k: m for k, (m, _) in pairs.items()}, {k: z for k, (_, z) in pairs.items()})
+        return _split({f"h={h}": testing.unit_regression(h, x, y, name=f"h{h}")
+                       for h in (1, 2, 3)})
 
     def schools():
-        pairs = {"centred": testing.hierarchical_normal(centered=True, name="centred"),
-                 "non-centred": testing.hierarchical_normal(name="noncentred")}
-        return ({k: m for k, (m, _) in pairs.items()}, {k: z for k, (_, z) in pairs.items()})
+        return _split({"centred": testing.hierarchical_normal(centered=True, name="centred"),
+                       "non-centred": testing.hierarchical_normal(name="noncentred")})
 
     def wind():
-        pairs = {"free kappa": testing.von_mises(name="free"),
-                 "kappa 1.5": testing.von_mises(kappa=1.5, name="fixed")}
-        return ({k: m for k, (m, _) in pairs.items()}, {k: z for k, (_, z) in pairs.items()})
+        return _split({"free kappa": testing.von_mises(name="free"),
+                       "kappa 1.5": testing.von_mises(kappa=1.5, name="fixed")})
 
     return {"annotators": testing.annotators, "unit regressions": units,
             "eight schools": schools, "wind directions": wind}

@@ -686,7 +686,6 @@ class _Summary(NamedTuple):
     probability: np.ndarray  # p̂_i: the mean over replicas of ĝ_i / Σ_j ĝ_j
     probability_se: np.ndarray
     log_p: np.ndarray  # log p̂_i
-    log_p_se: np.ndarray  # its SE, from the spread between replicas
     se: np.ndarray  # the SE of log p̂_i + anchor
     anchor: float  # log evidence = log p̂_i + anchor
     anchor_se: float
@@ -707,15 +706,14 @@ def _summarise(rng, run: _Run, densities, proposals, anchor_draws: int) -> _Summ
     p_mean = probs.mean(axis=0)
     p_se = probs.std(axis=0, ddof=1) / np.sqrt(R)
     log_p = np.log(p_mean)
-    log_p_se = p_se / p_mean
     anchor, weights, is_log_z, is_se = _anchor(
-        rng, densities, proposals, anchor_draws, log_p, log_p_se
+        rng, densities, proposals, anchor_draws, log_p, p_se / p_mean
     )
     se, anchor_se = _level_se(probs / p_mean, weights, is_se)
     last = run.core.counts[-1]
     proposed, accepted = run.counts.proposed, run.counts.accepted
     return _Summary(
-        p_mean, p_se, log_p, log_p_se, se, anchor, anchor_se, weights, is_log_z, is_se,
+        p_mean, p_se, log_p, se, anchor, anchor_se, weights, is_log_z, is_se,
         log_evidence=log_p + anchor,
         frequency=last / last.sum(axis=1, keepdims=True),
         between_acceptance=accepted.sum(axis=1) / np.maximum(proposed.sum(axis=1), 1),
