@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 from scipy import integrate, stats
-from scipy.special import gammaln
+from scipy.special import gammaln, logsumexp
 
 SCHOOLS_Y = np.array([28.0, 8, -3, 7, -1, 1, 18, 12])
 SCHOOLS_SIGMA = np.array([15.0, 10, 16, 11, 9, 11, 10, 18])
@@ -78,9 +78,9 @@ def _mixture_data():
 def normal_mixture(ordered: bool):
     """Two unit-variance components with equal weights: symmetric in the means, so the ordered
     prior (renormalised) has the unordered model's evidence."""
-    transform = pm.distributions.transforms.ordered if ordered else None
+    order = {"transform": pm.distributions.transforms.ordered} if ordered else {}
     with pm.Model() as model:
-        means = pm.Normal("means", 0, 5, shape=2, transform=transform)
+        means = pm.Normal("means", 0, 5, shape=2, **order)
         pm.NormalMixture("y", w=np.array([0.5, 0.5]), mu=means, sigma=1.0,
                          observed=_mixture_data())
     return model, None
@@ -137,6 +137,38 @@ def imputed_observations():
     return model, float(exact)
 
 
+def gp_marginal():
+    """A Gaussian process regression, ``pm.gp.Marginal`` with an ExpQuad kernel whose length
+    scale and amplitude have priors: y ~ N(0, η² K_ℓ + (σ² + jitter) I) given (ℓ, η), integrated
+    over (log ℓ, log η) by the trapezoid rule on a grid (converged to 1e-9 at 200 × 200)."""
+    rng = np.random.default_rng(0)
+    x = np.linspace(0.0, 5.0, 10)
+    y = np.sin(x) + rng.normal(0.0, 0.3, x.size)
+    sigma, jitter = 0.3, 1e-6
+    with pm.Model() as model:
+        length_scale = pm.Gamma("length_scale", 2.0, 1.0)
+        amplitude = pm.HalfNormal("amplitude", 1.0)
+        gp = pm.gp.Marginal(cov_func=amplitude**2 * pm.gp.cov.ExpQuad(1, ls=length_scale))
+        gp.marginal_likelihood("y", X=x[:, None], y=y, sigma=sigma, jitter=jitter)
+
+    log_ls, log_amp = np.linspace(-7.0, 3.5, 200), np.linspace(-9.0, 2.5, 200)
+    # K_ℓ = U diag(s) Uᵀ, so for every η the covariance's eigenvalues are η² s + σ² + jitter.
+    s, u = np.linalg.eigh(np.exp(-0.5 * (x[:, None] - x) ** 2 / np.exp(log_ls)[:, None, None] ** 2))
+    projected = np.einsum("lij,i->lj", u, y) ** 2
+    var = np.exp(2 * log_amp)[None, :, None] * s[:, None, :] + sigma**2 + jitter
+    log_lik = -0.5 * (np.log(2 * np.pi * var) + projected[:, None, :] / var).sum(-1)
+    log_prior = ((stats.gamma(2.0).logpdf(np.exp(log_ls)) + log_ls)[:, None]
+                 + (stats.halfnorm().logpdf(np.exp(log_amp)) + log_amp)[None, :])
+
+    def log_trapezoid_weights(grid):
+        w = np.full(grid.size, grid[1] - grid[0])
+        w[[0, -1]] /= 2
+        return np.log(w)
+
+    log_weights = log_trapezoid_weights(log_ls)[:, None] + log_trapezoid_weights(log_amp)[None, :]
+    return model, float(logsumexp(log_lik + log_prior + log_weights))
+
+
 def discrete_latent():
     with pm.Model() as model:
         k = pm.Poisson("k", 3.0)
@@ -155,4 +187,5 @@ ZOO = {
     "lkj_mvnormal": lkj_mvnormal,
     "deterministic_and_potential": deterministic_and_potential,
     "imputed_observations": imputed_observations,
+    "gp_marginal": gp_marginal,
 }

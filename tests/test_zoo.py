@@ -66,13 +66,19 @@ def reference(name):
 
 EXACT = [name for name in ZOO if ZOO[name]()[1] is not None]
 INEXACT = [name for name in ZOO if name not in EXACT]
-#: Models whose graphs take a minute to compile and minutes to run through every method on a
-#: 2-core machine (run with --runslow).
-SLOW = {"lkj_mvnormal"}
+#: Models whose graphs take a minute to compile and minutes to run on a 2-core machine, with
+#: the methods concerned (None: every method; run with --runslow). The GP's Hessian takes a
+#: minute to compile and bridge's NUTS draws a minute to run.
+SLOW = {"lkj_mvnormal": None, "gp_marginal": {"laplace", "bridge"}}
 
 
-def cases(names):
-    return [pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in names]
+def is_slow(name, method=None):
+    return name in SLOW and (SLOW[name] is None or method is None or method in SLOW[name])
+
+
+def cases(names, method=None):
+    return [pytest.param(name, marks=pytest.mark.slow) if is_slow(name, method) else name
+            for name in names]
 
 
 #: Bridge's warnings that its NUTS draws may not represent the posterior: its SE is then
@@ -81,8 +87,9 @@ def cases(names):
 DOUBTFUL_DRAWS = ("divergent NUTS transitions", "the chains disagree")
 
 
-@pytest.mark.parametrize("method", SAMPLERS)
-@pytest.mark.parametrize("name", EXACT)
+@pytest.mark.parametrize(("name", "method"), [
+    pytest.param(name, method, marks=pytest.mark.slow) if is_slow(name, method) else (name, method)
+    for name in EXACT for method in SAMPLERS])
 def test_sampling_estimators_match_the_exact_evidence(name, method):
     result = estimate(name, method)
     error = result.log_evidence - model(name)[1]
@@ -101,7 +108,7 @@ def test_sampling_estimators_agree_with_each_other(name):
         assert abs(gap) <= 3 * combined, f"{a} − {b} = {gap:+.3f}, combined SE {combined:.3f}"
 
 
-@pytest.mark.parametrize("name", cases(ZOO))
+@pytest.mark.parametrize("name", cases(ZOO, "laplace"))
 def test_laplace_is_within_a_nat_or_says_it_is_not(name):
     result = estimate(name, "laplace")
     target, se = reference(name)
@@ -109,7 +116,7 @@ def test_laplace_is_within_a_nat_or_says_it_is_not(name):
     assert close or result.warnings, f"Laplace {result.log_evidence:.3f} vs {target:.3f}"
 
 
-@pytest.mark.parametrize("name", cases(ZOO))
+@pytest.mark.parametrize("name", cases(ZOO, "bic"))
 def test_bic_gives_a_number(name):
     assert np.isfinite(estimate(name, "bic").log_evidence)
 
