@@ -72,6 +72,8 @@ class EvidenceResult:
     """
 
     method: ClassVar[str] = "evidence"
+    #: A deterministic approximation (se = 0): its error is not a sampling error.
+    approximation: ClassVar[bool] = False
 
     log_evidence: float
     se: float
@@ -114,7 +116,9 @@ class EvidenceResult:
     def summary(self) -> str:
         lines = [
             f"{type(self).__name__} for model {self.model_name or '(unnamed)'}",
-            f"  log evidence = {self.log_evidence:.4f} ± {self.se:.4f} (SE)",
+            f"  log evidence = {self.log_evidence:.4f} "
+            + ("(an approximation: its error is not a sampling error, and no SE is given)"
+               if self.approximation else f"± {self.se:.4f} (SE)"),
         ]
         for name, value in self.estimates.items():
             lines.append(f"  {name} = {_shown(value)}")
@@ -291,6 +295,7 @@ class LaplaceResult(EvidenceResult):
     """
 
     method: ClassVar[str] = "laplace"
+    approximation: ClassVar[bool] = True
 
     log_evidence_top_mode: float = np.nan
     log_symmetry: float = 0.0
@@ -322,6 +327,7 @@ class BICResult(EvidenceResult):
     """
 
     method: ClassVar[str] = "bic"
+    approximation: ClassVar[bool] = True
 
     log_likelihood: float = np.nan
     bic: float = np.nan

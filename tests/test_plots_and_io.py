@@ -144,6 +144,12 @@ def test_repr_is_the_summary(result):
     assert "ti_log_evidence" in result.summary() and "log evidence =" in result.summary()
 
 
+@pytest.mark.parametrize("result_type", [pm_evidence.LaplaceResult, pm_evidence.BICResult])
+def test_an_approximation_is_not_shown_with_a_zero_standard_error(result_type):
+    summary = result_type(log_evidence=-3.25, se=0.0).summary()
+    assert "log evidence = -3.2500 (an approximation" in summary and "±" not in summary
+
+
 def _labelled_ticks(axis) -> list[str]:
     axis.axes.figure.canvas.draw()
     low, high = sorted(axis.get_view_interval())
