@@ -80,6 +80,15 @@ METHODS = ("thermodynamic", "smc")
 # --------------------------------------------------------------------------------------------
 
 
+def _many_schools(groups=40, seed=7):
+    """Data for a centred hierarchy of ``groups`` groups whose spread (1.5) is small against
+    their known noise (5 to 15): the posterior of τ reaches down into the funnel's neck."""
+    rng = np.random.default_rng(seed)
+    sigma = rng.uniform(5.0, 15.0, groups)
+    theta = 3.0 + 1.5 * rng.normal(size=groups)
+    return theta + sigma * rng.normal(size=groups), sigma
+
+
 def _cases():
     """Name → (description, factory returning (model, exact log Z)), cheapest first."""
     from pymc_evidence import testing
@@ -99,6 +108,10 @@ def _cases():
         "gamma_precision": (
             "gamma_precision_regression()",
             lambda: testing.gamma_precision_regression(),
+        ),
+        "hierarchical_centred_j40": (
+            "hierarchical_normal(*_many_schools(), centered=True)",
+            lambda: testing.hierarchical_normal(*_many_schools(), centered=True),
         ),
         "conjugate_d20": (
             "conjugate_regression(dim=20, n_obs=50)",
