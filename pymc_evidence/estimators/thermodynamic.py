@@ -1440,8 +1440,9 @@ def _warn_on_soft_problems(messages, ss, ti, log_ratio_var, rounds, target_se, n
         warn(
             messages,
             f"independent groups disagree beyond their within-group errors (group estimates "
-            f"span {np.ptp(ss.per_group):.2f} nats): the posterior likely has modes the "
-            "tempered populations do not cross between. The SE includes the spread; larger "
+            f"span {np.ptp(ss.per_group):.2f} nats): the posterior likely has modes (or a "
+            "narrow region, such as a centred hierarchy's funnel) that the tempered populations "
+            "do not cross between. The SE includes the spread; larger "
             "groups (n_particles) hold the modes in better proportion, and longer moves "
             "(max_transitions) cross between them more often.",
         )
