@@ -72,13 +72,14 @@ INEXACT = [name for name in ZOO if name not in EXACT]
 SLOW = {"lkj_mvnormal": None, "gp_marginal": {"laplace", "bridge"}}
 
 
-def is_slow(name, method=None):
-    return name in SLOW and (SLOW[name] is None or method is None or method in SLOW[name])
+def slow_marks(name, method=None) -> list:
+    """[pytest.mark.slow] for ``name`` run by ``method`` (None: by every method) if SLOW says so."""
+    slow = name in SLOW and (SLOW[name] is None or method is None or method in SLOW[name])
+    return [pytest.mark.slow] if slow else []
 
 
 def cases(names, method=None):
-    return [pytest.param(name, marks=pytest.mark.slow) if is_slow(name, method) else name
-            for name in names]
+    return [pytest.param(name, marks=slow_marks(name, method)) for name in names]
 
 
 #: Bridge's warnings that its NUTS draws may not represent the posterior: its SE is then
@@ -88,7 +89,7 @@ DOUBTFUL_DRAWS = ("divergent NUTS transitions", "the chains disagree")
 
 
 @pytest.mark.parametrize(("name", "method"), [
-    pytest.param(name, method, marks=pytest.mark.slow) if is_slow(name, method) else (name, method)
+    pytest.param(name, method, marks=slow_marks(name, method))
     for name in EXACT for method in SAMPLERS])
 def test_sampling_estimators_match_the_exact_evidence(name, method):
     result = estimate(name, method)
