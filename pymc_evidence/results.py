@@ -229,7 +229,9 @@ class ThermodynamicResult(EvidenceResult):
         E_0[log L] infinite) or every group's integral is non-finite.
     se_within, se_between : float
         The two parts of the SE: propagated from the stages' weights within groups, and from the
-        spread between independent groups (``se`` is the larger).
+        spread between independent groups. ``se`` is the larger of ``se_within`` and
+        ``se_between`` × t_{G−1}(0.975) / 1.96 for G = ``n_groups`` (1.62 at four groups: the
+        spread of a few groups is itself uncertain), before what the effort check adds.
     group_log_sd : float
         Standard deviation of the groups' log evidences.
     n_stages, n_groups : int

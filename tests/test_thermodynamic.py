@@ -699,12 +699,46 @@ def test_the_group_size_predicted_from_the_groups_spread():
     assert _group_particles(few, 1024, 8192, None) == 4096
 
 
-def test_extra_groups_wanted_for_an_se_that_is_infinite():
-    """Fewer than two groups with a finite estimate give an infinite SE: every group the budget
-    allows, not an overflow."""
+def test_extra_groups_wanted_for_the_reported_se():
+    """As many groups as bring the reported SE (its Student factor shrinking with them) to
+    target_se with 10 % of variance to spare; fewer than two groups with a finite estimate
+    give an infinite SE: every group the budget allows, not an overflow."""
+    from pymc_evidence.estimators._stepping_stone import Estimate
     from pymc_evidence.estimators.thermodynamic import _extra_groups_wanted
 
+    def estimate(within, between):
+        return Estimate(0.0, max(within, between), within, between, np.zeros(4))
+
     settings = dict(target_se=0.1)
-    assert _extra_groups_wanted(np.inf, 4, 32, settings) == 28
-    assert _extra_groups_wanted(0.2, 4, 32, settings) == 14  # 4 × 2² × 1.1 → 18 in all
-    assert _extra_groups_wanted(0.05, 4, 32, settings) == 0
+    assert _extra_groups_wanted(estimate(0.0, np.inf), 32, settings) == 28
+    assert _extra_groups_wanted(estimate(0.2, 0.0), 32, settings) == 14  # 4 × 2² × 1.1 → 18
+    # 1.62 × 0.1 at 4 groups; at 7, 1.25 × 0.1 × √(4/7) × √1.1 = 0.099
+    assert _extra_groups_wanted(estimate(0.0, 0.1), 32, settings) == 3
+    assert _extra_groups_wanted(estimate(0.05, 0.06), 32, settings) == 0
+    assert _extra_groups_wanted(estimate(0.0, 0.1), 6, settings) == 2
+
+
+def test_the_reported_se_widens_a_spread_from_few_groups():
+    """Four groups whose log estimates spread by σ = 0.2 (no within-group error): their spread
+    alone covers the error like a Student t with 3 degrees of freedom, 86 % within 2 SE; the
+    reported SE, widened by t₃(0.975) / z(0.975), covers 95 %. A within-group error larger
+    than the widened spread is reported as it is."""
+    from pymc_evidence.estimators._stepping_stone import (
+        reported_se, stepping_stone, student_factor)
+
+    assert student_factor(4) == pytest.approx(3.182 / 1.960, abs=1e-3)
+    assert student_factor(32) == pytest.approx(2.040 / 1.960, abs=1e-3)
+    rng = np.random.default_rng(11)
+    G, sigma = 4, 0.2
+    errors, spread, reported = [], [], []
+    for row in rng.normal(-(sigma**2) / 2, sigma, size=(4000, G)):
+        estimate = stepping_stone(row[:, None], np.zeros((G, 1)))
+        errors.append(abs(estimate.log_evidence))
+        spread.append(estimate.se)
+        reported.append(reported_se(estimate))
+    errors, spread, reported = map(np.asarray, (errors, spread, reported))
+    assert 0.84 < np.mean(errors <= 2 * spread) < 0.89
+    assert 0.94 < np.mean(errors <= 2 * reported) < 0.97
+    precise = stepping_stone(np.array([[0.0], [0.01], [0.02], [0.03]]), np.full((G, 1), 0.04))
+    assert precise.se_within == pytest.approx(0.1, rel=1e-3)
+    assert reported_se(precise) == precise.se_within

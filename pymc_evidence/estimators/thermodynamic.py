@@ -37,7 +37,8 @@ from pymc_evidence.density import get_density
 from pymc_evidence.estimators._mode_search import ModeSearch, search_modes
 from pymc_evidence.estimators._reference import temper_from_mode
 from pymc_evidence.estimators._stepping_stone import (
-    Estimate, pooled_levels_bias, round_increments, round_integration, share_of, stepping_stone,
+    Estimate, pooled_levels_bias, reported_se, round_increments, round_integration, share_of,
+    stepping_stone,
 )
 from pymc_evidence.estimators._tempering import Round, final_draws, power_ladder, run_round
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
@@ -129,8 +130,9 @@ def thermodynamic(
         ``pm.Potential`` terms; prior = free variables (exactly sampleable, proper).
     target_se : float or None, default 0.1
         Standard error to reach (nats): the one knob trading time for accuracy. After the first
-        round, more independent groups are run on the same ladder until the SE reaches it (at
-        most ``max_groups``). ``None`` runs one round only.
+        round, more independent groups are run on the same ladder until the reported SE (with
+        its Student widening, step 5 below) reaches it (at most ``max_groups``). ``None`` runs
+        one round only.
     n_particles : int, default 256
         Particles per group. When the groups' log evidences vary by more than a nat²
         (judged on the first round, and again after the extra groups), groups with enough
@@ -321,7 +323,9 @@ def thermodynamic(
     5. Repeat from 2 until λ = 1. Each group gives an unbiased evidence estimate; they are averaged
        on the evidence scale, and the SE is the larger of the between-group spread and the
        within-group error propagated from the stages (posteriors with separated modes make the
-       first much larger than the second, and that is reported). Groups whose log estimates
+       first much larger than the second, and that is reported). The spread, estimated from
+       G − 1 degrees of freedom, is widened by t_{G−1}(0.975) / 1.96 (1.62 at four groups), so
+       that ±1.96 SE is a 95 % interval however few groups there are. Groups whose log estimates
        spread by σ nats imply an SE of about log(1 + √(expm1(σ²)/G)) (the lognormal law of
        SMC estimates), which the SE never undercuts: an average that one group dominates is not
        reported as precise. That law is a limit that holds while σ² is of order one, so
@@ -590,8 +594,7 @@ def _sized_groups(rng, store, rounds, after_first, model, density, backend, ladd
             particles, extended, sizes = bigger, False, [n_groups]
         elif not extended:
             extended = True
-            sizes = _chunk_sizes(_extra_groups_wanted(estimate.se, len(estimate.per_group),
-                                                      budget // particles, settings),
+            sizes = _chunk_sizes(_extra_groups_wanted(estimate, budget // particles, settings),
                                  n_groups)
             if not sizes:
                 break
@@ -646,15 +649,18 @@ def _group_particles(per_group: np.ndarray, particles: int, largest: int,
 _REPLACE_CONFIDENCE = 0.9
 
 
-def _extra_groups_wanted(se: float, groups: int, most: int, settings) -> int:
-    """Groups to add to ``groups`` for an SE of ``se`` to reach ``target_se`` (SE ∝
-    1/√groups, with 10 % to spare), at most ``most`` in all."""
-    target_se = settings["target_se"]
-    if target_se is None or se <= target_se or groups >= most:
+def _extra_groups_wanted(estimate: Estimate, most: int, settings) -> int:
+    """Groups to add to the estimate's for its reported SE to reach ``target_se`` (at
+    :func:`~._stepping_stone.reported_se` for the groups in all, with 10 % of variance to
+    spare), at most ``most`` in all."""
+    target_se, groups = settings["target_se"], estimate.per_group.size
+    if target_se is None or reported_se(estimate) <= target_se or groups >= most:
         return 0
     # An infinite SE (fewer than two groups with a finite estimate) wants every group.
-    wanted = groups * (se / target_se) ** 2 * 1.1
-    return int(min(np.ceil(wanted), most)) - groups
+    for total in range(groups + 1, most):
+        if reported_se(estimate, total) * np.sqrt(1.1) <= target_se:
+            return total - groups
+    return most - groups
 
 
 def _group_log_sd(per_group: np.ndarray) -> float:
@@ -851,7 +857,7 @@ def _result(rng, model, density, rounds, effort, ladder, settings, timing, start
     _warn_on_soft_problems(messages, ss, ti, log_ratio_var, pooled, settings["target_se"],
                            pooled[0].final_log_weights.shape[1])
     _warn_on_short_moves(messages, pooled[-1], settings["max_transitions"])
-    se = _warn_on_effort(messages, effort, ss.se, _lower_share(effort, ss.per_group),
+    se = _warn_on_effort(messages, effort, reported_se(ss), _lower_share(effort, ss.per_group),
                          settings["max_transitions"])
     # Draws come from the groups with the most particles (the last level pooled).
     particles = pooled[-1].final_log_weights.shape[1]
@@ -869,7 +875,7 @@ def _result(rng, model, density, rounds, effort, ladder, settings, timing, start
         sample_stats=sample_stats,
         trace=_trace(rounds[0]),
         ti_log_evidence=ti.log_evidence,
-        ti_se=ti.se,
+        ti_se=reported_se(ti),
         se_within=ss.se_within,
         se_between=ss.se_between,
         group_log_sd=_group_log_sd(ss.per_group),
@@ -1102,12 +1108,13 @@ def _more_groups_from_mode(rng, reached, ladder, settings, progressbar, chunks, 
     ``on_save(chunks, partial)`` is called after every stage of a chunk and
     ``on_save(chunks)`` as each one finishes."""
     n_groups, target_se = settings["n_groups"], settings["target_se"]
-    se = reached.levels[-1][1].se
+    last = reached.levels[-1][1]
+    se = max(last.se, reported_se(last))
     # An estimate still moving has an SE of at least its move: more groups would not help.
     if (target_se is None or se <= target_se or reached.unsettled is not None
             or reached.last_rise >= target_se):
         return []
-    extra = _extra_groups_wanted(se, n_groups, settings["max_groups"], settings)
+    extra = _extra_groups_wanted(last, settings["max_groups"], settings)
     tuning = [stage.move for stage in reached.last_round.stages]
     bar = TemperingBar(progressbar)
     with one_blas_thread():
@@ -1468,9 +1475,10 @@ def _warn_on_soft_problems(messages, ss, ti, log_ratio_var, rounds, target_se, n
             "have regions of high curvature the moves cannot enter; consider reparameterising "
             "(e.g. non-centred hierarchies).",
         )
-    if target_se is not None and ss.se > target_se:
+    se = reported_se(ss)
+    if target_se is not None and se > target_se:
         warn(
             messages,
-            f"target_se={target_se} not reached (SE {ss.se:.3f}) within max_groups; raise "
+            f"target_se={target_se} not reached (SE {se:.3f}) within max_groups; raise "
             "max_groups or n_particles.",
         )
