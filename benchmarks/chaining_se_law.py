@@ -51,6 +51,7 @@ import pandas as pd
 
 import pymc_evidence as pm_evidence
 from pymc_evidence.estimators._stepping_stone import student_factor
+from evidence_calibration import _notes
 from thermodynamic_vs_smc import EXPENSIVE_CASES, _cases
 
 #: The law by which the package reports its SE and stops adding groups (``reported_se``); the
@@ -156,11 +157,6 @@ def report(runs: pd.DataFrame, notes: str) -> str:
                      f"| {r.within_2:.1%} | {r.within_3:.1%} | {r.max_z:.2f} |")
     lines += ["", "## Notes", "", notes.strip() or "(written by hand after the run)", ""]
     return "\n".join(lines)
-
-
-def _notes(path: Path) -> str:
-    text = path.read_text() if path.exists() else ""
-    return text.split("\n## Notes\n", 1)[1] if "\n## Notes\n" in text else ""
 
 
 def main(argv=None) -> int:
