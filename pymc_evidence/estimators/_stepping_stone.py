@@ -64,9 +64,9 @@ def reported_se(estimate: Estimate, groups: int | None = None) -> float:
     ±2 of it covers the error like a Student t, 86 % of the time at the default four groups
     rather than 95 %; and ``target_se`` stops adding groups when the SE falls below it, which
     favours fits whose groups agreed by chance. Widening it by c_G makes ±1.96 SE a 95 %
-    interval when the spread alone sets the SE (the two-stage rule of Stein 1945, whose pilot
-    spread decides the sample size). The within-group error, from every particle, is not
-    widened.
+    interval when the spread alone sets the SE (the Student quantile that Stein's 1945
+    two-stage procedure also uses when a pilot's spread decides how many more to draw). The
+    within-group error, from every particle, is not widened.
     """
     present = estimate.per_group.size
     groups = present if groups is None else groups
