@@ -149,9 +149,11 @@ def run_role(role: str, model, layer, seeds: range | None, dim: int, checkpoint=
         effort = " ".join(f"{p}x{t}:{z:.3f}±{s:.3f}" for p, t, z, s in zip(
             result.effort_particles, result.effort_transitions, result.effort_log_evidence,
             result.effort_se))
+        # the SE's parts, so that a change of its law can be scored on these fits
         yield {"seed": seed, "log_z": result.log_evidence, "se": result.se,
                "seconds": _seconds(begun, result), "effort": effort,
-               "warnings": " | ".join(result.warnings)}
+               "warnings": " | ".join(result.warnings), "groups": result.n_groups,
+               "se_within": result.se_within, "se_between": result.se_between}
 
 
 def _seconds(begun: float, result) -> float:
