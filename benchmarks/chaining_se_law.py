@@ -1,5 +1,5 @@
-"""How well does thermodynamic chaining's SE cover its error, fit by fit, and what would a
-Student-t widening of the between-group SE change?
+"""How well does thermodynamic chaining's SE cover its error, fit by fit: as estimated, and
+with the between-group SE widened by Student's t as the package reports it.
 
 Chaining's SE is the larger of two estimates (``_stepping_stone.stepping_stone``): the
 within-group error propagated from the stages' weights, which has many degrees of freedom but
