@@ -34,6 +34,15 @@ def test_coin_and_annotators_quick(tmp_path):
     assert bf.loc["annotators", "exact_bayes_factor"] == pytest.approx(12.87, abs=0.005)
 
 
+def test_coin_rerun_of_some_methods_needs_the_others_runs(tmp_path):
+    """--methods keeps the other estimators' runs from --out: without them, an error naming
+    what is missing, before anything runs."""
+    script = _load("coin_and_annotators")
+    with pytest.raises(ValueError, match=r"lacks runs of .*'annotators', 'bic'.*rerun"):
+        script.main(["--methods", "thermodynamic", "--out", str(tmp_path)])
+    assert not list(tmp_path.iterdir())
+
+
 def test_coin_model_evidence_is_the_grid_sum():
     """The inverse-CDF model's evidence equals the slides' discrete sum (printed values)."""
     script = _load("coin_and_annotators")
