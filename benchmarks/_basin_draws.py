@@ -20,15 +20,22 @@ from scipy.optimize import minimize
 WALKERS, STEPS, DRAWS_PER_BASIN = 200, (300, 900), 5000
 
 
-def basin_draws(model, starts: np.ndarray, rng, within: float = 15.0) -> tuple[np.ndarray, list]:
-    """Draws from each basin reached from ``starts`` (points × dim) and the basins' highest
-    log p(w, D), best first."""
+def climb(model, starts: np.ndarray, maxiter: int = 5000, gtol: float = 1e-7) -> list:
+    """L-BFGS from each of ``starts`` (points × dim) up log p(w, D): (log p(w, D), point) of
+    every end point, best first."""
     optima = []
     for start in starts:
         fit = minimize(lambda w: tuple(-v for v in model.log_joint_and_gradient(w)), start,
-                       jac=True, method="L-BFGS-B", options=dict(maxiter=5000, gtol=1e-7))
+                       jac=True, method="L-BFGS-B", options=dict(maxiter=maxiter, gtol=gtol))
         optima.append((-fit.fun, fit.x))
     optima.sort(key=lambda item: -item[0])
+    return optima
+
+
+def basin_draws(model, starts: np.ndarray, rng, within: float = 15.0) -> tuple[np.ndarray, list]:
+    """Draws from each basin reached from ``starts`` (points × dim) and the basins' highest
+    log p(w, D), best first."""
+    optima = climb(model, starts)
     best = optima[0][0]
     points = model.align(np.array([x for _, x in optima]))
     basins = []  # (log joint, point, Hessian of −log joint)
