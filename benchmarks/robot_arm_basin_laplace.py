@@ -12,8 +12,8 @@ units' 2^h h! sign flips and permutations) of a basin kept before is a basin b, 
 
 n_b the distinct copies of w_b (2^h h! unless some symmetry fixes it). The Laplace term of a
 basin is off where the basin is far from Gaussian, and basins the climbs never reach are
-missing, so the sum can land on either side of the evidence; h = 3, whose importance-sampling
-reference is −52.619 ± 0.102 (``mlp_calibration.md``), shows by how much. Each seed's climbs
+missing, so the sum can land on either side of the evidence; h = 1, 2 and 3, whose
+importance-sampling references are in ``mlp_calibration.md``, show by how much. Each seed's climbs
 are summed on their own, so the spread between seeds shows what more climbs would add.
 Writes ``benchmarks/results/robot_arm_basin_laplace.md`` and ``.csv`` (one row per basin).
 
@@ -112,7 +112,7 @@ def write(rows: pd.DataFrame, command: str, within: float) -> None:
         "# The robot-arm MLP: the Laplace approximation summed over the basins an optimiser finds",
         "",
         f"Written by `{command}` on {datetime.date.today()} (Python "
-        f"{platform.python_version()}, one core shared with other jobs).",
+        f"{platform.python_version()}, one process; the seconds depend on what else ran).",
         "",
         "The collapsed model (precisions integrated out); L-BFGS from prior draws; per seed, "
         "its climbs' distinct basins (up to the units' symmetries, positive definite Hessian, "

@@ -159,10 +159,11 @@ def _kept_runs(path: Path, methods, case_names, seeds) -> pd.DataFrame:
     runs = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["case", "method", "seed"])
     kept = runs[runs["method"].isin(methods) & runs["case"].isin(case_names)
                 & runs["seed"].isin(seeds)]
-    missing = sorted({(case, method) for case, (_, _, case_methods) in cases().items()
-                      if case in case_names for method in case_methods if method in methods
-                      if set(kept.loc[(kept["case"] == case) & (kept["method"] == method),
-                                      "seed"]) != set(seeds)})
+    wanted = [(case, method) for case, (_, _, case_methods) in cases().items()
+              if case in case_names for method in case_methods if method in methods]
+    missing = [(case, method) for case, method in wanted
+               if set(kept.loc[(kept["case"] == case) & (kept["method"] == method), "seed"])
+               != set(seeds)]
     if missing:
         raise ValueError(f"{path} lacks runs of {missing} for seeds {list(seeds)} to keep: "
                          f"rerun those methods too (--methods)")
