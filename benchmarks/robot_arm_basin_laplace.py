@@ -15,7 +15,8 @@ basin is off where the basin is far from Gaussian, and basins the climbs never r
 missing, so the sum can land on either side of the evidence; h = 1, 2 and 3, whose
 importance-sampling references are in ``mlp_calibration.md``, show by how much. Each seed's climbs
 are summed on their own, so the spread between seeds shows what more climbs would add.
-Writes ``benchmarks/results/robot_arm_basin_laplace.md`` and ``.csv`` (one row per basin).
+Writes ``benchmarks/results/robot_arm_basin_laplace.md`` and ``.csv`` (one row per basin),
+keeping the rows of earlier invocations with other (h, climbs, seed).
 
 Usage::
 
@@ -92,13 +93,26 @@ def run(hidden, climbs: int, seeds: int, within: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def merged(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with the CSV's rows of every other (h, climbs, seed)."""
+    path = OUTPUT.with_suffix(".csv")
+    if not path.exists():
+        return rows
+    earlier = pd.read_csv(path)
+    ran = set(zip(rows["h"], rows["climbs"], rows["seed"]))
+    earlier = earlier[[key not in ran for key in
+                       zip(earlier["h"], earlier["climbs"], earlier["seed"])]]
+    return pd.concat([earlier, rows], ignore_index=True).sort_values(
+        ["h", "climbs", "seed", "rank"], ignore_index=True)
+
+
 def summary(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per (h, seed): basins, the best basin's term, the sum over basins."""
+    """Per (h, climbs, seed): basins, the best basin's term, the sum over basins."""
     out = []
-    for (h, seed), basin in rows.groupby(["h", "seed"], sort=True):
+    for (h, climbs, seed), basin in rows.groupby(["h", "climbs", "seed"], sort=True):
         terms = basin["laplace"] + np.log(basin["copies"])
-        out.append(dict(h=h, d=int(basin["dim"].iloc[0]), seed=seed,
-                        climbs=int(basin["climbs"].iloc[0]), basins=len(basin),
+        out.append(dict(h=h, d=int(basin["dim"].iloc[0]), seed=seed, climbs=climbs,
+                        basins=len(basin),
                         best_log_joint=basin["log_joint"].max(), best_basin=terms.iloc[0],
                         sum_over_basins=logsumexp(terms), reference=REFERENCE.get(h, np.nan),
                         seconds=basin["seconds"].iloc[0]))
@@ -112,7 +126,8 @@ def write(rows: pd.DataFrame, command: str, within: float) -> None:
         "# The robot-arm MLP: the Laplace approximation summed over the basins an optimiser finds",
         "",
         f"Written by `{command}` on {datetime.date.today()} (Python "
-        f"{platform.python_version()}, one process; the seconds depend on what else ran).",
+        f"{platform.python_version()}, one process; the seconds depend on what else ran); "
+        "rows of other (h, climbs, seed) are kept from earlier invocations.",
         "",
         "The collapsed model (precisions integrated out); L-BFGS from prior draws; per seed, "
         "its climbs' distinct basins (up to the units' symmetries, positive definite Hessian, "
@@ -142,7 +157,7 @@ def main(argv=None) -> None:
     parser.add_argument("--within", type=float, default=20.0,
                         help="basins within this many nats of the best end point")
     args = parser.parse_args(argv)
-    rows = run(args.hidden, args.climbs, args.seeds, args.within)
+    rows = merged(run(args.hidden, args.climbs, args.seeds, args.within))
     write(rows, "python benchmarks/robot_arm_basin_laplace.py " + " ".join(
         argv if argv is not None else sys.argv[1:]), args.within)
 
