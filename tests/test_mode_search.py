@@ -18,7 +18,8 @@ from pymc_evidence.density import get_density
 from pymc_evidence.estimators._mode_search import ModeSearch, search_modes
 from pymc_evidence.estimators._reference import ModeReference, relax_at_mode
 from pymc_evidence.estimators.thermodynamic import _warn_on_unreached_mode
-from pymc_evidence.symmetry import resolve_layers, sampling_layers, transform_units
+from pymc_evidence.symmetry import (is_nearest_copy, resolve_layers, sampling_layers,
+                                    transform_units)
 
 # the module, not the function the package exports under the same name
 thermodynamic_module = importlib.import_module("pymc_evidence.estimators.thermodynamic")
@@ -228,6 +229,12 @@ def test_the_reference_is_a_normalised_density_it_samples_exactly():
     model_values = density(draws)
     np.testing.assert_allclose(values.log_prior + values.log_likelihood,
                                model_values.log_prior + model_values.log_likelihood)
+    # as the tempering samples it: drawn into the anchor's domain, where it is the same density
+    on_domain = reference.on_domain()
+    inside = on_domain.prior_draws(rng, 500)
+    assert is_nearest_copy(density, layers, reference.anchor, inside).all()
+    for unfolded, folded in zip(on_domain(inside), reference(inside)):
+        np.testing.assert_allclose(unfolded, folded, rtol=1e-9, atol=1e-9)
 
 
 def test_at_a_mode_that_the_symmetries_fix_the_reference_is_still_normalised():

@@ -222,7 +222,9 @@ def run_round(
             weights = np.ones_like(weights)
         support, layers = None, round_settings["layers"]
         if layers:
-            reference = state.position[np.argmax(weights)]
+            reference = round_settings["anchor"]
+            if reference is None:
+                reference = state.position[np.argmax(weights)]
             state = align_population(density, layers, state, reference)
             if not round_settings["symmetric_moves"]:
                 support = functools.partial(is_nearest_copy, density, layers, reference)

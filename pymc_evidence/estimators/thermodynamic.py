@@ -482,7 +482,8 @@ def _round_settings(settings, density, layers, scale_pairs=()) -> dict:
     """What every round needs beyond the ladder: the adaptive-ladder and resampling targets,
     the HMC kernel's settings (with the scale pairs its scale moves follow), the MLP layers to
     align, the metric's kind, and whether aligned moves use the mass matrix averaged over the
-    symmetries (else they stay in one copy's domain: see ``run_round``)."""
+    symmetries (else they stay in one copy's domain: see ``run_round``), and the point whose
+    domain that is (None: the heaviest particle's at each stage)."""
     mass_matrix = settings["mass_matrix"]
     return dict(
         target_cess=settings["target_cess"],
@@ -494,6 +495,7 @@ def _round_settings(settings, density, layers, scale_pairs=()) -> dict:
         dense_mass=mass_matrix == "dense" or (
             mass_matrix == "auto" and density.dim <= DENSE_METRIC_MAX_DIM),
         symmetric_moves=True,
+        anchor=None,
     )
 
 
