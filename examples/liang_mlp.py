@@ -23,9 +23,9 @@ numbers match ours read that way.
 
 Run ``python examples/liang_mlp.py --quick`` for a smoke test (minutes: most of it compiles the
 four models' densities and Hessians, ~10–20 min with a cold PyTensor cache on a loaded machine).
-The full Table 3 takes several hours of a core at the defaults (the thermodynamic fits'
-tempering from the mode, more than an hour each at H = 3 and 4); its thermodynamic and nested
-fits are checkpointed to ``OUT/liang_mlp_checkpoints`` (``--checkpoints``), so an interrupted run,
+The full Table 3 takes one to several hours of a core at the defaults, most of it the
+thermodynamic fits' tempering from the mode; its thermodynamic and nested fits are
+checkpointed to ``OUT/liang_mlp_checkpoints`` (``--checkpoints``), so an interrupted run,
 started again, resumes them (finished fits are reloaded). ``--methods`` reruns some of Table 3's
 estimators and keeps the other estimators' rows of the table already in ``--out`` (CMC, which
 the figure draws, always runs: about a minute).
