@@ -569,45 +569,56 @@ def test_an_effort_check_that_moves_warns_and_its_se_covers_the_move():
     settled = EffortCheck([], [level(64, -10.0, 0.1), level(128, -9.0, 0.1),
                                level(256, -9.05, 0.1)], "particles", None)
     messages = []
-    assert _warn_on_effort(messages, settled, 0.08) == 0.08
+    # Having moved once, the check bounds the last move by |δ| + c: 0.05 + 0.141.
+    assert _warn_on_effort(messages, settled, -9.03, 0.08) == pytest.approx(
+        np.hypot(0.08, 0.05 + np.hypot(0.1, 0.1)))
     assert "-10.00 ± 0.10 with 64, -9.00 ± 0.10 with 128" in messages[0]
     assert "n_particles=128 next time" in messages[0]
+    # The first move (0.40 > 2 × 0.141) set the first level aside, but the last level is
+    # within the band of it (0.25): the first move may have been noise, and the SE also covers
+    # the estimate's distance to the first level beyond their noise, √(0.32² − 0.07² − 0.1²).
+    unconfirmed = EffortCheck([], [level(64, -10.0, 0.1), level(128, -9.6, 0.1),
+                                   level(256, -9.75, 0.1)], "particles", None)
+    messages = []
+    assert _warn_on_effort(messages, unconfirmed, -9.68, 0.07, lower_share=0.5) == pytest.approx(
+        np.sqrt(0.07**2 + (1.5 * (0.15 + np.sqrt(0.02))) ** 2 + 0.32**2 - 0.07**2 - 0.1**2))
+    assert "the first move may have been noise" in messages[0]
     unsettled = EffortCheck([], [level(64, -10.0, 0.1), level(128, -9.0, 0.1)], "particles", 1.0)
     messages = []
-    assert _warn_on_effort(messages, unsettled, 0.1) == 1.0
+    assert _warn_on_effort(messages, unsettled, -9.0, 0.1) == 1.0
     assert "it may still be low" in messages[0] and "Raise n_particles" in messages[0]
     assert _warn_on_effort([], EffortCheck([], [level(64, -10.0, 0.1)] * 2, "particles", None),
-                           0.1) == 0.1
+                           -10.0, 0.1) == 0.1
     # Settled within the band (0.25 < 2 × 0.141) but beyond the noise: the SE adds the excess,
     # √(0.25² − 0.02), times 1 + the lower level's share of the pooled Z.
     moved = EffortCheck([], [level(64, -10.0, 0.1), level(128, -9.75, 0.1)], "particles", None)
-    assert _warn_on_effort([], moved, 0.08, lower_share=0.3) == pytest.approx(
+    assert _warn_on_effort([], moved, -9.8, 0.08, lower_share=0.3) == pytest.approx(
         np.hypot(0.08, 1.3 * np.sqrt(0.25**2 - 0.02)))
     # On an MLP the moves double: the levels and the advice are in transitions.
     longer = EffortCheck([], [level(64, -10.0, 0.1, 580), level(64, -9.0, 0.1, 1160),
                               level(64, -9.05, 0.1, 2320)], "transitions", None)
     messages = []
-    _warn_on_effort(messages, longer, 0.08, max_transitions=20)
+    _warn_on_effort(messages, longer, -9.03, 0.08, max_transitions=20)
     assert ("-10.00 ± 0.10 with 580, -9.00 ± 0.10 with 1160, -9.05 ± 0.10 with 2320 HMC "
             "transitions per particle" in messages[0])
     assert "max_transitions=40 next time" in messages[0]
     messages = []
-    _warn_on_effort(messages, longer._replace(unsettled=1.0), 0.08)
+    _warn_on_effort(messages, longer._replace(unsettled=1.0), -9.05, 0.08)
     assert "moves are too short" in messages[0] and "Raise max_transitions" in messages[0]
     # A rise that did not halve: the SE is at least the whole rise over the levels.
     rising = EffortCheck([], [level(64, 157.31, 0.70, 580), level(64, 158.01, 0.14, 1160),
                               level(64, 159.48, 0.12, 2320)], "transitions", 1.47)
     messages = []
-    assert _warn_on_effort(messages, rising, 0.1) == pytest.approx(159.48 - 157.31)
+    assert _warn_on_effort(messages, rising, 159.48, 0.1) == pytest.approx(159.48 - 157.31)
     assert "the rise did not halve (+0.70, then +1.47 nats)" in messages[0]
     halving = EffortCheck([], [level(64, 157.31, 0.70, 580), level(64, 158.01, 0.05, 1160),
                                level(64, 158.31, 0.05, 2320)], "transitions", 0.30)
-    assert _warn_on_effort([], halving, 0.1) == pytest.approx(0.30)
+    assert _warn_on_effort([], halving, 158.31, 0.1) == pytest.approx(0.30)
     # The budget ended on a pair refused for the lower level's noise alone (a move of 0.70
     # within the band): the SE is at least the move plus its noise.
     noisy = EffortCheck([], rising.levels[:2], "transitions", 0.70)
     messages = []
-    assert _warn_on_effort(messages, noisy, 0.1) == pytest.approx(0.70 + np.hypot(0.70, 0.14))
+    assert _warn_on_effort(messages, noisy, 158.01, 0.1) == pytest.approx(0.70 + np.hypot(0.70, 0.14))
     assert "too noisy (SE 0.70 against 0.14)" in messages[0]
 
 

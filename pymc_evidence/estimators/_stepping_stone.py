@@ -4,7 +4,7 @@ Pure functions of the per-group, per-stage records a round leaves (:mod:`._tempe
 the stepping-stone product of evidence ratios (Barber & Bishop 1997, eq. 4–5) averaged over
 independent groups on the evidence scale, thermodynamic integration with the Friel–Hurn–Wyse
 correction, and the standard-error laws (within-group delta method, between-group spread,
-log-normal tail bound, the Student widening of a spread from few groups, the bias bound of two
+log-normal tail bound, the Student widening of a spread from few groups, the bias bounds of
 pooled effort levels).
 """
 
@@ -18,7 +18,7 @@ from scipy.special import logsumexp
 
 __all__ = ["Estimate", "stepping_stone", "student_factor", "reported_se", "lognormal_se",
            "thermodynamic_integration", "round_increments", "round_integration", "share_of",
-           "pooled_levels_bias"]
+           "pooled_levels_bias", "set_aside_level_bias"]
 
 
 class Estimate(NamedTuple):
@@ -104,16 +104,42 @@ def share_of(log_values: np.ndarray, members) -> float:
     return share if np.isfinite(share) else 0.0
 
 
-def pooled_levels_bias(move: float, noise: float, lower_share: float) -> float:
-    r"""Bound on the bias of two pooled effort levels (chaining's particles, nested sampling's
-    slice moves), as an SE term: :math:`(1 + w) \sqrt{\max(0, \delta^2 - c^2)}`.
+def pooled_levels_bias(move: float, noise: float, lower_share: float,
+                       bias_shown: bool = False) -> float:
+    r"""Bound on the bias of two pooled effort levels (chaining's particles or moves, nested
+    sampling's slice moves), as an SE term: :math:`(1 + w) \sqrt{\max(0, \delta^2 - c^2)}`,
+    or :math:`(1 + w)(|\delta| + c)` when an earlier doubling had moved the estimate
+    (``bias_shown``).
 
     If doubling the effort at least halves a bias, the bias left at the higher level is at most
     the true move m between the levels and the lower level's at most 2|m|, so the pooled
     estimate's, with weight w (``lower_share``) on the lower level, at most (1 + w)|m|; the
-    measured move δ has noise c and δ² − c² estimates m² without bias.
+    measured move δ has noise c and δ² − c² estimates m² without bias. Where nothing has shown
+    a bias that estimate is enough (with unbiased levels it keeps the SE calibrated). Once a
+    doubling has moved the estimate, a bias is there and the bound must hold: δ² − c² falls
+    short of m² whenever the noise hides part of the move, and with a 2-nat bias that halves
+    half the estimates fell beyond 2 SE; |δ| + c, the move's upper limit to one SE of noise,
+    left none (benchmarks/results/effort_check_coverage.md).
     """
+    if bias_shown:
+        return (1 + lower_share) * (abs(move) + noise)
     return (1 + lower_share) * float(np.sqrt(max(0.0, move**2 - noise**2)))
+
+
+def set_aside_level_bias(estimate: float, se: float, first: float, first_se: float) -> float:
+    r"""SE term for an effort check's first level L₀, set aside on one noisy comparison:
+    :math:`\sqrt{\max(0, (\hat E - L_0)^2 - \mathrm{SE}^2 - \mathrm{SE}_0^2)}`.
+
+    A check goes past its first doubling because the second level L₁ moved from L₀ by more
+    than the band; the estimate Ê then pools the last two levels, the first of them chosen for
+    having moved, so that noise alone draws Ê away from L₀. The last level is independent of
+    that choice: when its move from L₀ is within the band too, L₀ may have been right, and the
+    caller adds this term, the distance from Ê to L₀ beyond their noise. With unbiased levels
+    (2 runs per check level against 16, runs' SE 0.33) a fifth of such estimates fell beyond
+    2 SE without it and the bound of :func:`pooled_levels_bias` for a bias shown, none with
+    them (benchmarks/results/effort_check_coverage.md).
+    """
+    return float(np.sqrt(max(0.0, (estimate - first) ** 2 - se**2 - first_se**2)))
 
 
 def thermodynamic_integration(lambdas, mean_ll, var_ll, n_particles) -> Estimate:

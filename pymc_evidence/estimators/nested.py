@@ -29,7 +29,8 @@ from pymc_evidence.density import check_prior_draws, get_density
 from pymc_evidence.estimators._nested_core import (
     NestedRun, equal_weight_draws, kish_ess, nested_core,
 )
-from pymc_evidence.estimators._stepping_stone import lognormal_se, pooled_levels_bias, share_of
+from pymc_evidence.estimators._stepping_stone import (lognormal_se, pooled_levels_bias,
+                                                          set_aside_level_bias, share_of)
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
 from pymc_evidence.results import NestedResult, warn
 from pymc_evidence.scale_moves import describe, find_scale_pairs
@@ -591,7 +592,7 @@ def _result(rng, model, density, check: MovesCheck, saved, settings, timing, sta
     runs = check.runs
     log_z, se, within, between = _combine(runs)
     _warn_on_soft_problems(messages, runs, se, settings)
-    se = _warn_on_moves(messages, check, se)
+    se = _warn_on_moves(messages, check, log_z, se)
     posterior, sample_stats, ess = _posterior(rng, density, runs)
     every_run = saved["runs"] + [run for level in saved["checks"] for run in level]
     timing["total"] = time.perf_counter() - start
@@ -655,15 +656,19 @@ def _diagnostics(runs, run_moves) -> pd.DataFrame:
     return frame
 
 
-def _warn_on_moves(messages, check: MovesCheck, se: float) -> float:
-    r"""Warn when doubling the slice moves moved the estimate; returns the SE to report.
+def _warn_on_moves(messages, check: MovesCheck, log_z: float, se: float) -> float:
+    r"""Warn when doubling the slice moves moved the estimate ``log_z``; returns the SE to
+    report.
 
     The last doubling moved the estimate by δ, with noise c (the two levels' SEs combined).
     The SE adds the bound on the pooled levels' bias
     (:func:`~._stepping_stone.pooled_levels_bias`), with w the lower level's runs' share of
     the averaged Z (0 when the last level alone is the estimate):
     :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}`, the runs' SE when the
-    move is noise, about (1 + w)|δ| when it is not.
+    move is noise, about (1 + w)|δ| when it is not; (1 + w)(|δ| + c) once an earlier doubling
+    had moved the estimate. When the check set the first level aside and the last level's move
+    from it is within the band, it also adds the distance from the estimate to the first level
+    beyond their noise (:func:`~._stepping_stone.set_aside_level_bias`).
     """
     levels = check.levels
     if not levels:
@@ -672,7 +677,12 @@ def _warn_on_moves(messages, check: MovesCheck, se: float) -> float:
     move = upper - lower
     share = share_of(_unbiased_log_z(check.runs),
                      [moves == lower_moves for moves in check.run_moves])
-    bias = pooled_levels_bias(move, float(np.hypot(lower_se, upper_se)), share)
+    bias = pooled_levels_bias(move, float(np.hypot(lower_se, upper_se)), share,
+                              bias_shown=len(levels) > 2)
+    (_, first, first_se) = levels[0]
+    unconfirmed = (check.settled and len(levels) > 2
+                   and abs(upper - first) <= _MOVE_BAND * np.hypot(first_se, upper_se))
+    set_aside = set_aside_level_bias(log_z, se, first, first_se) if unconfirmed else 0.0
     shown = ", ".join(f"{log_z:.2f} ± {level_se:.2f} with {moves}" for moves, log_z, level_se
                       in levels)
     if not check.settled:
@@ -682,12 +692,19 @@ def _warn_on_moves(messages, check: MovesCheck, se: float) -> float:
              "is off by more than the runs' spread shows. The estimate is the last level's, its "
              f"SE including the last move ({move:+.2f} nats). Pass "
              f"num_inner_steps={levels[-1][0] * 2} or more.", stacklevel=5)
+    elif unconfirmed:
+        warn(messages, f"the estimate moved as the slice moves per replacement doubled "
+             f"({shown}), but the last level is within the band of the first: the first move "
+             "may have been noise. The estimate pools the last two levels, which agree, its SE "
+             f"including their difference and the distance to the first level ({set_aside:.2f} "
+             f"nats beyond the noise); pass more runs (n_runs) to make the check sharper.",
+             stacklevel=5)
     elif len(levels) > 2:
         warn(messages, f"the estimate moved as the slice moves per replacement doubled "
              f"({shown}): with {levels[0][0]} moves it was off by more than its SE said. The "
              "estimate pools the last two levels, which agree, its SE including their "
              f"difference; pass num_inner_steps={levels[-2][0]} next time.", stacklevel=5)
-    return float(np.hypot(se, bias))
+    return float(np.sqrt(se**2 + bias**2 + set_aside**2))
 
 
 def _warn_on_soft_problems(messages, runs, se, settings) -> None:

@@ -37,8 +37,8 @@ from pymc_evidence.density import get_density
 from pymc_evidence.estimators._mode_search import ModeSearch, search_modes
 from pymc_evidence.estimators._reference import temper_from_mode
 from pymc_evidence.estimators._stepping_stone import (
-    Estimate, pooled_levels_bias, reported_se, round_increments, round_integration, share_of,
-    stepping_stone,
+    Estimate, pooled_levels_bias, reported_se, round_increments, round_integration,
+    set_aside_level_bias, share_of, stepping_stone,
 )
 from pymc_evidence.estimators._tempering import Round, final_draws, power_ladder, run_round
 from pymc_evidence.estimators._workers import density_pool, n_workers, worker_density
@@ -859,8 +859,8 @@ def _result(rng, model, density, rounds, effort, ladder, settings, timing, start
     _warn_on_soft_problems(messages, ss, ti, log_ratio_var, pooled, settings["target_se"],
                            pooled[0].final_log_weights.shape[1])
     _warn_on_short_moves(messages, pooled[-1], settings["max_transitions"])
-    se = _warn_on_effort(messages, effort, reported_se(ss), _lower_share(effort, ss.per_group),
-                         settings["max_transitions"])
+    se = _warn_on_effort(messages, effort, ss.log_evidence, reported_se(ss),
+                         _lower_share(effort, ss.per_group), settings["max_transitions"])
     # Draws come from the groups with the most particles (the last level pooled).
     particles = pooled[-1].final_log_weights.shape[1]
     last = [r for r in pooled if r.final_log_weights.shape[1] == particles]
@@ -1320,10 +1320,10 @@ def _lower_share(effort: EffortCheck, per_group: np.ndarray) -> float:
     return share_of(per_group, np.arange(per_group.size) < per_group.size - last)
 
 
-def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float = 0.0,
-                    max_transitions: int = 20) -> float:
-    r"""Warn when doubling the particles or the moves moved the estimate; returns the SE to
-    report.
+def _warn_on_effort(messages, effort: EffortCheck, log_evidence: float, se: float,
+                    lower_share: float = 0.0, max_transitions: int = 20) -> float:
+    r"""Warn when doubling the particles or the moves moved the estimate ``log_evidence``;
+    returns the SE to report.
 
     Unsettled: at least the last move δ, which bounds the bias left if each doubling at least
     halves it, or δ plus its noise c when the move was within the band and the lower level's
@@ -1333,7 +1333,11 @@ def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float
     last doubling moved the estimate by δ, with noise c (the two levels' SEs combined), and
     the SE adds the bound on the pooled levels' bias,
     :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}` with w =
-    ``lower_share`` (:func:`~._stepping_stone.pooled_levels_bias`).
+    ``lower_share`` (:func:`~._stepping_stone.pooled_levels_bias`), (1 + w)(|δ| + c) in place of
+    the root once an earlier doubling had moved the estimate. When the check set the first
+    level aside and the last level's move from it is within the band, the SE also covers the
+    distance from the estimate to the first level beyond their noise
+    (:func:`~._stepping_stone.set_aside_level_bias`).
     """
     levels = effort.levels
     moves = effort.doubled == "transitions"
@@ -1372,21 +1376,32 @@ def _warn_on_effort(messages, effort: EffortCheck, se: float, lower_share: float
             f"({effort.unsettled:+.2f} nats); {reach}. {advice}",
         )
         return max(se, floor)
+    set_aside = 0.0
     if len(levels) > 2:
-        start = (f"max_transitions={max_transitions * 2 ** (len(levels) - 2)}" if moves
-                 else f"n_particles={levels[-2].particles}")
+        first, last = levels[0].estimate, levels[-1].estimate
+        if _in_band(last.log_evidence - first.log_evidence, float(np.hypot(first.se, last.se))):
+            set_aside = set_aside_level_bias(log_evidence, se, first.log_evidence, first.se)
+            advice = ("the last level is within the band of the first, so the first move may "
+                      "have been noise: the SE also covers the distance to the first level "
+                      f"({set_aside:.2f} nats beyond the noise); more groups (n_groups) make "
+                      "the check sharper.")
+        else:
+            start = (f"max_transitions={max_transitions * 2 ** (len(levels) - 2)}" if moves
+                     else f"n_particles={levels[-2].particles}")
+            advice = f"start from {start} next time."
         warn(
             messages,
             f"the estimate moved as {what} doubled ({_levels_text(effort)}), or the first "
             "level was too noisy to show whether it had settled: at the first level it may "
             "have been off by more than its SE said. The estimate pools the last two "
-            f"levels, which agree; start from {start} next time.",
+            f"levels, which agree; {advice}",
         )
     if len(levels) >= 2:
         lower, upper = (level.estimate for level in levels[-2:])
         bias = pooled_levels_bias(upper.log_evidence - lower.log_evidence,
-                                  float(np.hypot(lower.se, upper.se)), lower_share)
-        return float(np.hypot(se, bias))
+                                  float(np.hypot(lower.se, upper.se)), lower_share,
+                                  bias_shown=len(levels) > 2)
+        return float(np.sqrt(se**2 + bias**2 + set_aside**2))
     return se
 
 
