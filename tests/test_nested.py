@@ -286,13 +286,15 @@ def test_a_moves_check_that_went_on_covers_noise_and_bias():
 def _se_with_move(res) -> float:
     """The runs' SE and the part of the last doubling's move its noise does not explain,
     scaled by 1 + the lower level's share of the pooled Z (the lower level is the more
-    biased); once an earlier doubling had moved the estimate, the move plus its noise."""
+    biased); once a doubling had moved the estimate beyond the band, the move plus its
+    noise."""
     move = res.moves_log_evidence[-1] - res.moves_log_evidence[-2]
     noise = np.hypot(*res.moves_se[-2:])
     log_z, se = np.array(res.run_log_evidence), np.array(res.run_se)
     z = np.exp(log_z - se**2 / 2 - np.max(log_z - se**2 / 2))
     share = z[np.array(res.run_inner_steps) == res.moves_levels[-2]].sum() / z.sum()
-    moved = abs(move) + noise if len(res.moves_levels) > 2 else np.sqrt(max(0, move**2 - noise**2))
+    shown = len(res.moves_levels) > 2 or abs(move) > 2 * noise
+    moved = abs(move) + noise if shown else np.sqrt(max(0, move**2 - noise**2))
     return np.hypot(max(res.se_within, res.se_between), (1 + share) * moved)
 
 

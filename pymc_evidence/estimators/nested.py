@@ -665,8 +665,8 @@ def _warn_on_moves(messages, check: MovesCheck, log_z: float, se: float) -> floa
     (:func:`~._stepping_stone.pooled_levels_bias`), with w the lower level's runs' share of
     the averaged Z (0 when the last level alone is the estimate):
     :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}`, the runs' SE when the
-    move is noise, about (1 + w)|δ| when it is not; (1 + w)(|δ| + c) once an earlier doubling
-    had moved the estimate. When the check set the first level aside and the last level's move
+    move is noise, about (1 + w)|δ| when it is not; (1 + w)(|δ| + c) once a doubling has
+    moved the estimate beyond the band (an earlier one, or the last when the budget ended). When the check set the first level aside and the last level's move
     from it is within the band, it also adds the distance from the estimate to the first level
     beyond their noise (:func:`~._stepping_stone.set_aside_level_bias`).
     """
@@ -678,7 +678,7 @@ def _warn_on_moves(messages, check: MovesCheck, log_z: float, se: float) -> floa
     share = share_of(_unbiased_log_z(check.runs),
                      [moves == lower_moves for moves in check.run_moves])
     bias = pooled_levels_bias(move, float(np.hypot(lower_se, upper_se)), share,
-                              bias_shown=len(levels) > 2)
+                              bias_shown=len(levels) > 2 or not check.settled)
     (_, first, first_se) = levels[0]
     unconfirmed = (check.settled and len(levels) > 2
                    and abs(upper - first) <= _MOVE_BAND * np.hypot(first_se, upper_se))
