@@ -89,6 +89,17 @@ def _probabilities(log_z: dict) -> dict:
     return dict(zip(log_z, p / np.nansum(p)))
 
 
+def _probability_sd(log_z: dict, se: dict) -> dict:
+    """The probabilities' SD propagated from the log evidences' SEs (delta method:
+    ∂p_k/∂log Z_j = p_k (δ_kj − p_j)); NaN where no estimate has an SE (Laplace)."""
+    p = np.array(list(_probabilities(log_z).values()))
+    errors = np.array([se[name] for name in log_z])
+    if not np.any(errors > 0):
+        return dict.fromkeys(log_z, np.nan)
+    jacobian = np.diag(p) - np.outer(p, p)
+    return dict(zip(log_z, np.sqrt(jacobian**2 @ errors**2)))
+
+
 def _per_ordering(probability: dict) -> dict:
     """The probabilities with each model's evidence divided by H!, the number of orderings of
     its H hidden units: the evidence of one ordering of the units with the prior left
@@ -141,8 +152,9 @@ def table3(seed: int, quick: bool, checkpoints: Path | None = None,
             log_z[name], se[name] = res.log_evidence, res.se
             # a resumed fit: its earlier sessions count too
             seconds[name] = time.perf_counter() - start + res.timing.get("earlier_sessions", 0.0)
+        sd = _probability_sd(log_z, se)
         for name, p in _probabilities(log_z).items():
-            rows.append(dict(model=name, method=method, probability=p, probability_se=np.nan,
+            rows.append(dict(model=name, method=method, probability=p, probability_se=sd[name],
                              log_evidence=log_z[name], se=se[name], frequency=np.nan,
                              birth_acceptance=np.nan, death_acceptance=np.nan,
                              seconds=seconds[name]))
@@ -196,6 +208,7 @@ def figure(table: pd.DataFrame, results: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.container import BarContainer
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     # Show the replica that moves most in the last stage: a replica can sit in H1 for a
@@ -214,8 +227,10 @@ def figure(table: pd.DataFrame, results: dict, path: Path) -> None:
     # Liang's evidences match ours divided by H! (README): CMC's read that way, beside his
     wide.insert(1, "cmc ÷ H! (one ordering of the units)",
                 table[table["method"] == "cmc"].set_index("model")["per_ordering"])
-    wide.plot.bar(ax=right, rot=0)
-    for bar in right.containers[1]:
+    errors = table.pivot(index="model", columns="method", values="probability_se")
+    wide.plot.bar(ax=right, rot=0, yerr=errors.reindex(columns=wide.columns), capsize=2)
+    bars = [c for c in right.containers if isinstance(c, BarContainer)]
+    for bar in bars[list(wide.columns).index("cmc ÷ H! (one ordering of the units)")]:
         bar.set_hatch("//")
     right.set_ylim(0, 1.05)
     right.legend(loc="upper right", fontsize=8)
