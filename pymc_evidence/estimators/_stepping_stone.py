@@ -108,8 +108,8 @@ def pooled_levels_bias(move: float, noise: float, lower_share: float,
                        bias_shown: bool = False) -> float:
     r"""Bound on the bias of two pooled effort levels (chaining's particles or moves, nested
     sampling's slice moves), as an SE term: :math:`(1 + w) \sqrt{\max(0, \delta^2 - c^2)}`,
-    or :math:`(1 + w)(|\delta| + c)` when an earlier doubling had moved the estimate
-    (``bias_shown``).
+    or :math:`(1 + w)(|\delta| + c)` once the check has gone on past a doubling or ended its
+    budget on a move beyond its band (``bias_shown``).
 
     If doubling the effort at least halves a bias, the bias left at the higher level is at most
     the true move m between the levels and the lower level's at most 2|m|, so the pooled
