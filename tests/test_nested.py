@@ -10,6 +10,8 @@ import pymc_evidence as pm_evidence
 from pymc_evidence import testing
 from pymc_evidence.results import EvidenceWarning
 
+from _scripts import load_script  # tests/_scripts.py
+
 
 @pytest.fixture(scope="module")
 def regression():
@@ -241,27 +243,6 @@ def test_moves_check_keeps_doubling_while_the_estimate_moves():
     assert abs(res.log_evidence - exact) < 3 * res.se, (res.log_evidence, res.se, exact)
 
 
-def _gaussian_runs_check(rng, bias=0.0, base_runs=16, check_runs=2, run_se=0.33):
-    """nested's moves check on runs whose log Z are N(bias / 2^k, run_se²) at check level k
-    (truth 0): the estimate, its SE and whether the check went past its first doubling."""
-    from types import SimpleNamespace
-
-    from pymc_evidence.estimators.nested import _combine, _moves_check, _warn_on_moves
-
-    def run(level):
-        return SimpleNamespace(log_z=rng.normal(bias / 2**level, run_se), log_z_se=run_se)
-
-    saved = {"checks": []}
-
-    def batch(level, todo, wanted):
-        saved["checks"][level - 1].extend(run(level) for _ in todo)
-
-    settings = {"n_runs": check_runs, "num_inner_steps": 400, "max_runs": 16}
-    check = _moves_check([run(0) for _ in range(base_runs)], saved, settings, batch)
-    log_z, se, _, _ = _combine(check.runs)
-    return log_z, _warn_on_moves([], check, log_z, se), len(check.levels) > 2
-
-
 @pytest.mark.filterwarnings("ignore:the estimate (kept moving|moved) as the slice moves")
 def test_a_moves_check_that_went_on_covers_noise_and_bias():
     """A check that goes past its first doubling pools a level chosen for having moved: with
@@ -269,16 +250,18 @@ def test_a_moves_check_that_went_on_covers_noise_and_bias():
     SE covered the set-aside first level, and with a 2-nat bias that halves as the moves
     double, half, before the last move was bounded by |δ| + c
     (benchmarks/results/effort_check_coverage.md)."""
+    coverage = load_script("benchmarks/effort_check_coverage.py")
+    design = coverage.DESIGNS[0]  # 16 runs, then 2 per check level: Liang's MLPs at 40 d
     rng = np.random.default_rng(0)
-    fits = np.array([_gaussian_runs_check(rng) for _ in range(3000)])
-    went_on = fits[:, 2] > 0
+    fits = np.array([coverage.fit(rng, 0.0, design) for _ in range(3000)])
+    went_on = fits[:, 3] > 0
     z = fits[went_on, 0] / fits[went_on, 1]
     assert went_on.sum() >= 60
     assert np.mean(np.abs(z) > 2) <= 0.05, (went_on.sum(), np.mean(np.abs(z) > 2))
     # Over every fit the error bars stay calibrated.
     assert np.mean(np.abs(fits[:, 0] / fits[:, 1]) > 2) <= 0.05
-    biased = np.array([_gaussian_runs_check(rng, bias=-2.0) for _ in range(300)])
-    went_on = biased[:, 2] > 0
+    biased = np.array([coverage.fit(rng, -2.0, design) for _ in range(300)])
+    went_on = biased[:, 3] > 0
     assert went_on.mean() > 0.8
     assert np.mean(np.abs(biased[went_on, 0] / biased[went_on, 1]) > 2) <= 0.05
 
