@@ -3,17 +3,19 @@
 The examples reproduce Liang's (2005) Table 3 on ``liang_mlp(H, *liang_data())`` with every
 estimator; this gives each of the four models a reference that shares none of their failure
 modes: importance sampling from a symmetrised t mixture fitted to posterior draws
-(:mod:`_importance`, as in ``mlp_calibration.md``), 400,000 draws per estimate, two estimates
-per model from two pilot fits (``thermodynamic`` without the effort check, mode search or
-``target_se``: the draws only shape the proposal). The two are pooled by inverse variance with
-an SE of at least their spread.
+(:mod:`_importance`, as in ``mlp_calibration.md``), 400,000 draws per estimate, each from its
+own pilot fit (``thermodynamic`` without the effort check, mode search or ``target_se``: the
+draws only shape the proposal). A model's estimates are pooled by inverse variance with an SE
+of at least their spread.
 
-Written: ``benchmarks/results/liang_reference.csv`` and ``.md``; the Table 3 estimates of
+Written: ``benchmarks/results/liang_reference.csv`` (the estimates of models and seeds not
+rerun are kept) and ``.md``; the Table 3 estimates of
 ``examples/results/liang_mlp_table3.csv`` are compared with the references.
 
 Usage::
 
     python benchmarks/liang_reference.py               # about 20 minutes on one core
+    python benchmarks/liang_reference.py --models 4 --seeds 6 --first-seed 3   # 6 more of H4
     python benchmarks/liang_reference.py --summarise   # the table again, from the CSV
 """
 
@@ -35,6 +37,7 @@ from _importance import N_DRAWS, importance_log_evidence
 from pymc_evidence.testing import liang_data, liang_mlp
 
 RESULTS = Path(__file__).parent / "results"
+CSV = RESULTS / "liang_reference.csv"
 TABLE3 = Path(__file__).parents[1] / "examples" / "results" / "liang_mlp_table3.csv"
 LAYER = pm_evidence.MLPLayer("z_in", bias="z_bias")
 
@@ -72,14 +75,23 @@ def pooled(rows: pd.DataFrame) -> tuple[float, float]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--models", type=int, nargs="+", default=[1, 2, 3, 4],
+                        choices=[1, 2, 3, 4], help="hidden units H")
+    parser.add_argument("--seeds", type=int, default=2, help="estimates per model")
+    parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--summarise", action="store_true",
                         help="only compare Table 3 with the references in the CSV")
     args = parser.parse_args(argv)
     if not args.summarise:
-        pd.DataFrame([row for h in (1, 2, 3, 4) for row in estimates(h, range(1, args.seeds + 1))]
-                     ).to_csv(RESULTS / "liang_reference.csv", index=False)
-    table = pd.read_csv(RESULTS / "liang_reference.csv")
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        new = pd.DataFrame([row for h in args.models for row in estimates(h, seeds)])
+        if CSV.exists():  # estimates of other models and seeds are kept
+            old = pd.read_csv(CSV)
+            made = old.set_index(["model", "seed"]).index.isin(
+                new.set_index(["model", "seed"]).index)
+            new = pd.concat([old[~made], new]).sort_values(["model", "seed"])
+        new.to_csv(CSV, index=False)
+    table = pd.read_csv(CSV)
     fits = pd.read_csv(TABLE3)
     lines = []
     for name, rows in table.groupby("model"):
@@ -103,8 +115,8 @@ References written by `python benchmarks/liang_reference.py`, this table by \
 {pymc.__version__}). Models: \
 `liang_mlp(H, *liang_data())`, the data of the examples' Table 3. Reference: importance \
 sampling, {N_DRAWS:,} draws per estimate from a symmetrised t mixture fitted to a pilot fit's \
-draws (`benchmarks/_importance.py`), two estimates pooled by inverse variance with an SE of at \
-least their spread. Table 3's estimates (`examples/results/liang_mlp_table3.csv`) beside them, \
+draws (`benchmarks/_importance.py`), each from its own pilot fit; a model's estimates pooled \
+by inverse variance with an SE of at least their spread. Table 3's estimates (`examples/results/liang_mlp_table3.csv`) beside them, \
 in brackets their distance to the reference in combined SE.
 
 | model | reference | estimates | Table 3 thermodynamic | Table 3 nested |
