@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -81,7 +82,9 @@ def main(argv=None) -> None:
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--summarise", action="store_true",
                         help="only compare Table 3 with the references in the CSV")
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    command = " ".join(["python benchmarks/liang_reference.py", *argv])
     if not args.summarise:
         seeds = range(args.first_seed, args.first_seed + args.seeds)
         new = pd.DataFrame([row for h in args.models for row in estimates(h, seeds)])
@@ -109,8 +112,8 @@ def main(argv=None) -> None:
         lines.append(f"| {name} | {ref:.3f} ± {ref_se:.3f} | {each} | " + " | ".join(cells) + " |")
     text = f"""# References for Liang's Table 3 data
 
-References written by `python benchmarks/liang_reference.py`, this table by \
-`python benchmarks/liang_reference.py{' --summarise' * args.summarise}` on \
+References written by `python benchmarks/liang_reference.py` (`--models`, `--seeds` and \
+`--first-seed` add estimates of a model), this table by `{command}` on \
 {datetime.date.today().isoformat()} (Python {platform.python_version()}, PyMC \
 {pymc.__version__}). Models: \
 `liang_mlp(H, *liang_data())`, the data of the examples' Table 3. Reference: importance \
