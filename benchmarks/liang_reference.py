@@ -119,8 +119,9 @@ References written by `python benchmarks/liang_reference.py` (`--models`, `--see
 `liang_mlp(H, *liang_data())`, the data of the examples' Table 3. Reference: importance \
 sampling, {N_DRAWS:,} draws per estimate from a symmetrised t mixture fitted to a pilot fit's \
 draws (`benchmarks/_importance.py`), each from its own pilot fit; a model's estimates pooled \
-by inverse variance with an SE of at least their spread. Table 3's estimates (`examples/results/liang_mlp_table3.csv`) beside them, \
-in brackets their distance to the reference in combined SE.
+by inverse variance with an SE of at least their spread. Table 3's estimates \
+(`examples/results/liang_mlp_table3.csv`) beside them, in brackets their distance to the \
+reference in combined SE.
 
 | model | reference | estimates | Table 3 thermodynamic | Table 3 nested |
 |---|--:|---|--:|--:|
