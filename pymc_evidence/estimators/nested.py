@@ -666,9 +666,10 @@ def _warn_on_moves(messages, check: MovesCheck, log_z: float, se: float) -> floa
     the averaged Z (0 when the last level alone is the estimate):
     :math:`\sqrt{\mathrm{SE}^2 + (1 + w)^2 \max(0, \delta^2 - c^2)}`, the runs' SE when the
     move is noise, about (1 + w)|δ| when it is not; (1 + w)(|δ| + c) once a doubling has
-    moved the estimate beyond the band (an earlier one, or the last when the budget ended). When the check set the first level aside and the last level's move
-    from it is within the band, it also adds the distance from the estimate to the first level
-    beyond their noise (:func:`~._stepping_stone.set_aside_level_bias`).
+    moved the estimate beyond the band (an earlier one, or the last when the budget ended).
+    When the check set the first level aside and the last level's move from it is within the
+    band, it also adds the distance from the estimate to the first level beyond their noise
+    (:func:`~._stepping_stone.set_aside_level_bias`).
     """
     levels = check.levels
     if not levels:
