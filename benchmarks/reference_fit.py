@@ -5,8 +5,9 @@ mode has fitted its reference (a default fit saves one with ``checkpoint=``; e.g
 ``mlp_calibration.py --checkpoints DIR``) and compares log-likelihoods: the population relaxed
 at the mode, draws of the reference's Gaussian (at its width and half of it), points a quarter
 of the way from relaxed points to the mode, and draws of two other candidate shapes fitted to
-the same population (the Gaussian in centred weights w = z · exp(−c·u) of each scale pair, and
-a kernel mixture on the relaxed points). A reference whose draws lie far below the relaxed
+the same population (the Gaussian in centred weights w = z · exp(−c·u) of each scale pair, a
+kernel mixture on the relaxed points, and a mixture of Gaussians with local covariances, one
+per k-means cluster of the relaxed points). A reference whose draws lie far below the relaxed
 population makes the ladder from it as long as the one from the prior. Also lists the stages
 of the tempering from the reference saved so far.
 
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pymc
+from scipy.cluster.vq import kmeans2
 
 import pymc_evidence as pm_evidence
 from pymc_evidence.scale_moves import find_scale_pairs
@@ -43,6 +45,25 @@ def centred(X: np.ndarray, pairs, sign: float = -1.0) -> np.ndarray:
     for pair in pairs:
         Y[:, pair.start:pair.stop] *= np.exp(sign * pair.power * X[:, [pair.scale]])
     return Y
+
+
+def cluster_mixture_draws(rng, relaxed: np.ndarray, clusters: int, draws: int) -> np.ndarray:
+    """Draws of a Gaussian mixture with a component per k-means cluster of the relaxed points
+    (whitened by their covariance), weighted by its share of the points, each with its
+    cluster's covariance plus 0.001 of the population's (a cluster may have fewer points
+    than dimensions)."""
+    covariance = np.cov(relaxed, rowvar=False)
+    whitened = np.linalg.solve(np.linalg.cholesky(covariance), (relaxed - relaxed.mean(0)).T).T
+    _, labels = kmeans2(whitened, clusters, seed=rng, minit="++")
+    picks = labels[rng.integers(0, len(relaxed), draws)]
+    out = np.empty((draws, relaxed.shape[1]))
+    for k in np.unique(picks):
+        members = relaxed[labels == k]
+        local = (np.cov(members, rowvar=False) if len(members) > 1 else 0.0) + 1e-3 * covariance
+        chosen = picks == k
+        out[chosen] = (members.mean(0) + rng.standard_normal((chosen.sum(), relaxed.shape[1]))
+                       @ np.linalg.cholesky(local).T)
+    return out
 
 
 def candidates(rng, density, mode, relaxed, gaussian, draws: int) -> dict:
@@ -64,6 +85,8 @@ def candidates(rng, density, mode, relaxed, gaussian, draws: int) -> dict:
         + 0.05 * normal @ spread.T,
         "kernel mixture on the relaxed points, bandwidth 0.1": kernel_centres
         + 0.1 * normal @ spread.T,
+        "Gaussian mixture, 16 k-means clusters' covariances": cluster_mixture_draws(
+            rng, relaxed, 16, draws),
     }
 
 
