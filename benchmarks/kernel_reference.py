@@ -133,8 +133,9 @@ def stage_table(progress) -> tuple[list, int]:
 def log_ratio_at_relaxed(source_progress, kernel_progress, mode, hidden_units: int,
                          kernel_prior_weight: float) -> list[float]:
     """Mean log(p L / q) of each reference (Gaussian, kernels) at the relaxed population: log Z
-    plus KL(relaxed ‖ q) − KL(relaxed ‖ posterior), so the excess over log Z is at least how
-    much of the relaxed population q misses."""
+    plus KL(relaxed ‖ q) − KL(relaxed ‖ posterior), so its excess over log Z is a lower bound
+    on KL(relaxed ‖ q), how badly q misses the relaxed points (a deficit: q piles more mass on
+    them than the posterior does)."""
     model = robot_arm_mlp(hidden_units)
     density = pm_evidence.get_density(model)
     relaxed = kernel_progress.relaxed.position
