@@ -4,7 +4,7 @@ Reads a ``thermodynamic`` checkpoint of ``robot_arm_mlp(h)`` whose tempering fro
 mode has fitted its reference (a default fit saves one with ``checkpoint=``; e.g.
 ``mlp_calibration.py --checkpoints DIR``) and compares log-likelihoods: the population relaxed
 at the mode, draws of the reference's Gaussian (at its width and half of it), points a quarter
-of the way from relaxed points to the mode, and draws of two other candidate shapes fitted to
+of the way from relaxed points to the mode, and draws of other candidate shapes fitted to
 the same population (the Gaussian in centred weights w = z · exp(−c·u) of each scale pair, a
 kernel mixture on the relaxed points, and a mixture of Gaussians with local covariances, one
 per k-means cluster of the relaxed points). A reference whose draws lie far below the relaxed
