@@ -136,23 +136,19 @@ def log_ratio_at_relaxed(source_progress, kernel_progress, mode, hidden_units: i
     plus KL(relaxed ‖ q) − KL(relaxed ‖ posterior), so its excess over log Z is a lower bound
     on KL(relaxed ‖ q), how badly q misses the relaxed points (a deficit: q piles more mass on
     them than the posterior does)."""
-    model = robot_arm_mlp(hidden_units)
-    density = pm_evidence.get_density(model)
+    density = pm_evidence.get_density(robot_arm_mlp(hidden_units))
     relaxed = kernel_progress.relaxed.position
     log_prior, log_likelihood = density.log_densities(relaxed)
-    means = []
-    for progress, log_component, prior_weight in (
-            (source_progress, PACKAGE_LOG_GAUSSIAN, PACKAGE_PRIOR_WEIGHT),
-            (kernel_progress, None, kernel_prior_weight)):
-        reference = _reference.DomainReference(density, [], mode, progress.gaussian)
-        if log_component is None:
-            log_q = log_kernel_mixture(progress.gaussian, reference._chol_inv, relaxed)[0]
-        else:
-            log_q = log_component(reference, relaxed)[0]
-        log_q = np.logaddexp(np.log(prior_weight) + log_prior,
-                             np.log1p(-prior_weight) + log_q)
-        means.append(float(np.mean(log_prior + log_likelihood - log_q)))
-    return means
+    gaussian = _reference.DomainReference(density, [], mode, source_progress.gaussian)
+    kernels = _reference.DomainReference(density, [], mode, kernel_progress.gaussian)
+    components = [
+        (PACKAGE_PRIOR_WEIGHT, PACKAGE_LOG_GAUSSIAN(gaussian, relaxed)[0]),
+        (kernel_prior_weight,
+         log_kernel_mixture(kernel_progress.gaussian, kernels._chol_inv, relaxed)[0]),
+    ]
+    return [float(np.mean(log_prior + log_likelihood
+                          - np.logaddexp(np.log(weight) + log_prior, np.log1p(-weight) + log_q)))
+            for weight, log_q in components]
 
 
 def report(source: Path, checkpoint: Path, argv: str, hidden_units: int,
