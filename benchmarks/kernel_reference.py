@@ -46,6 +46,8 @@ import pymc_evidence as pm_evidence
 from pymc_evidence.estimators import _reference
 from pymc_evidence.testing import robot_arm_mlp
 
+from evidence_calibration import _notes  # this directory: first on sys.path
+
 RESULTS = Path(__file__).parent / "results" / "kernel_reference.md"
 #: The package's own reference, kept before :func:`use_kernel_mixture` swaps it.
 PACKAGE_PRIOR_WEIGHT, PACKAGE_LOG_GAUSSIAN = (_reference.PRIOR_WEIGHT,
@@ -194,10 +196,8 @@ def report(source: Path, checkpoint: Path, argv: str, hidden_units: int,
             f"{row[0]:.2e} | {row[1]:,.1f} | {row[2]:,}" if row else " |  | "
             for row in (g, q)) + " |")
     lines += [f"| total | | | {g_total:,} | | | {k_total:,} |", ""]
-    earlier = RESULTS.read_text() if RESULTS.exists() else ""
-    notes = ("\n## Notes\n" + earlier.split("\n## Notes\n", 1)[1] if "\n## Notes\n" in earlier
-             else "\n## Notes\n\nHand-written; kept when the script rewrites the table.\n")
-    return "\n".join(lines) + notes
+    notes = _notes(RESULTS) or "\nHand-written; kept when the script rewrites the table.\n"
+    return "\n".join(lines) + "\n## Notes\n" + notes
 
 
 def main(argv=None) -> None:

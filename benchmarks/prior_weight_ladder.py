@@ -41,6 +41,8 @@ from pymc_evidence.estimators import _reference
 from pymc_evidence.estimators._tempering import _next_lambda
 from pymc_evidence.testing import ROBOT_ARM_LAYER, robot_arm_mlp
 
+from evidence_calibration import _notes  # this directory: first on sys.path
+
 RESULTS = Path(__file__).parent / "results" / "prior_weight_ladder.md"
 #: The package's own weight, restored after drawing each part alone.
 PACKAGE_PRIOR_WEIGHT = _reference.PRIOR_WEIGHT
@@ -114,10 +116,8 @@ def report(argv: str, fit_stages: list, ladders: dict, medians: tuple, draws: in
                          else f"{lam:.2e}")
         lines.append(f"| {k + 1} | " + " | ".join(cells) + " |")
     lines.append("")
-    earlier = RESULTS.read_text() if RESULTS.exists() else ""
-    notes = ("\n## Notes\n" + earlier.split("\n## Notes\n", 1)[1] if "\n## Notes\n" in earlier
-             else "\n## Notes\n\nHand-written; kept when the script rewrites the table.\n")
-    return "\n".join(lines) + notes
+    notes = _notes(RESULTS) or "\nHand-written; kept when the script rewrites the table.\n"
+    return "\n".join(lines) + "\n## Notes\n" + notes
 
 
 def main(argv=None) -> None:
