@@ -59,7 +59,6 @@ def component_draws(reference, rng, draws: int) -> tuple[np.ndarray, np.ndarray]
     return parts[0], parts[1]
 
 
-
 def simulated_ladder(log_prior, log_likelihood, log_gaussian, from_prior, weight: float,
                      target_cess: float, min_ess: float, max_stages: int) -> list[tuple]:
     """Stages (λ, ESS of the weighted sample, the prior draws' share of the tempered law) of
