@@ -38,7 +38,7 @@ import pymc
 
 import pymc_evidence as pm_evidence
 from pymc_evidence.estimators import _reference
-from pymc_evidence.estimators._tempering import _next_lambda
+from pymc_evidence.estimators._tempering import _increment, _next_lambda
 from pymc_evidence.testing import ROBOT_ARM_LAYER, robot_arm_mlp
 
 from evidence_calibration import _notes  # this directory: first on sys.path
@@ -71,7 +71,7 @@ def simulated_ladder(log_prior, log_likelihood, log_gaussian, from_prior, weight
     base = np.where(from_prior, np.log(weight), np.log1p(-weight)) - np.log(n)
     stages, lam = [], 0.0
     while lam < 1.0 and len(stages) < max_stages:
-        log_w = base + np.where(np.isneginf(ell), -np.inf, lam * ell)
+        log_w = base + _increment(ell, lam)
         log_w -= np.logaddexp.reduce(log_w)
         w = np.exp(log_w)
         ess = 1.0 / np.sum(w**2)
