@@ -43,7 +43,7 @@ CSV = ROOT / "benchmarks" / "results" / "robot_arm_nested.csv"
 MARKDOWN = CSV.with_suffix(".md")
 CHECKPOINTS = ROOT / "benchmarks" / "checkpoints" / "robot_arm_nested"
 METHODS = ("nested", "thermodynamic")
-COLUMNS = ["h", "dim", "method", "log_z", "se", "seconds", "information", "insertion_z",
+COLUMNS = ["h", "dim", "method", "log_z", "se", "seconds", "cores", "information", "insertion_z",
            "moves_per_dim", "run_log_evidence", "run_se", "warnings"]
 
 
@@ -70,7 +70,8 @@ def run(method: str, h: int, checkpoint: Path, cores: int = 1) -> dict:
             )
     row = {"h": h, "dim": pm_evidence.get_density(model).dim, "method": method,
            "log_z": result.log_evidence, "se": result.se,
-           "seconds": result.timing["sampling"], "warnings": " | ".join(result.warnings)}
+           "seconds": result.timing["sampling"], "cores": cores if method == "nested" else 1,
+           "warnings": " | ".join(result.warnings)}
     if method == "nested":
         row.update(information=result.information, insertion_z=result.insertion_z,
                    moves_per_dim=result.settings["num_inner_steps"] // row["dim"],
@@ -87,6 +88,7 @@ def store(row: dict) -> pd.DataFrame:
         old = old[(old["h"] != row["h"]) | (old["method"] != row["method"])]
         table = pd.concat([old, table], ignore_index=True)
     table = table.reindex(columns=COLUMNS).sort_values(["h", "method"]).reset_index(drop=True)
+    table["cores"] = table["cores"].fillna(1).astype(int)  # rows from before the column: one
     table.to_csv(CSV, index=False)
     return table
 
@@ -114,6 +116,15 @@ def _number(row, column: str, fmt: str) -> str:
     return "" if row is None or pd.isna(row[column]) else format(row[column], fmt)
 
 
+def _seconds(row) -> str:
+    """Sampling seconds; wall time over the processes, said so, where the runs had several."""
+    if row is None:
+        return ""
+    cores = row.get("cores", 1)
+    cores = 1 if pd.isna(cores) else int(cores)
+    return f"{row['seconds']:.0f}" + (f" ({cores} cores)" if cores > 1 else "")
+
+
 def summarise(table: pd.DataFrame, command: str) -> str:
     """The Markdown report: one table row per h, both methods side by side."""
     import pymc as pm
@@ -127,7 +138,8 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         "warnings there); rows may come from different invocations of the script.",
         "",
         "Both methods: `robot_arm_mlp(h)`, `mlp_layers=ROBOT_ARM_LAYER`, `random_seed=h`, "
-        "`cores=1`, one method at a time. Nested: default `n_live` (max(100, 25 d)) and "
+        "`cores=1` (nested: its runs on several processes where the seconds say so, which "
+        "then are wall time), one method at a time. Nested: default `n_live` (max(100, 25 d)) and "
         "`num_inner_steps` (the default of the version that made the row; moves: "
         "slice moves per replacement), 4 runs, `target_se=None`. Chaining: 64 "
         "particles × 4 groups, `target_cess=0.95`, as `robot_arm_curve.py`. Seconds: "
@@ -148,7 +160,7 @@ def summarise(table: pd.DataFrame, command: str) -> str:
         lines.append(
             f"| {h} | {rows['dim'].iloc[0]} | {_estimate(nested)} "
             f"| {_number(nested, 'moves_per_dim', '.0f')}{' d' if nested is not None else ''} "
-            f"| {_number(nested, 'seconds', '.0f')} | {_number(nested, 'information', '.1f')} "
+            f"| {_seconds(nested)} | {_number(nested, 'information', '.1f')} "
             f"| {_number(nested, 'insertion_z', '+.2f')} | {_estimate(chaining)} "
             f"| {_number(chaining, 'seconds', '.0f')} | {z} |"
         )
