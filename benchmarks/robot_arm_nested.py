@@ -4,7 +4,7 @@ For each number of hidden units h (ascending) this runs, on ``robot_arm_mlp(h)``
 ``mlp_layers=ROBOT_ARM_LAYER`` and ``random_seed=h``, one process, ``cores=1``:
 
 * **nested**: ``pm_evidence.nested`` at its default ``n_live`` and ``num_inner_steps``, a fixed
-  4 runs (``target_se=None``);
+  4 runs (``target_se=None``), on ``--cores`` processes (default 1; the same estimate);
 * **thermodynamic**: chaining as ``robot_arm_curve.py`` runs it (64 particles × 4 groups,
   ``max_groups=4``, ``target_cess=0.95``, ``target_se=0.3``: the curve's settings and seeds).
 
@@ -19,6 +19,7 @@ Usage::
 
     python benchmarks/robot_arm_nested.py                      # h = 1 2 3 4 6 8, both methods
     python benchmarks/robot_arm_nested.py --hidden 1 --methods nested
+    python benchmarks/robot_arm_nested.py --hidden 4 --methods nested --cores 2
 """
 
 from __future__ import annotations
